@@ -1,0 +1,119 @@
+"""Per-call overhead and first-call capture time: eager vs framejit vs torch.compile(backend="eager").
+
+Prints figures side by side from one run, with ratios, because the machines are noisy. Per-call
+overhead is (compiled time per call − eager time per call) on tiny tensors, where dispatch and
+guard costs dominate. First-call capture time is the wall time of the first call after a reset,
+minus one eager call.
+
+    python benchmarks/overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import timeit
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+from models import Block, GPTConfig, ops_chain  # noqa: E402
+
+import framejit  # noqa: E402
+
+
+def per_call_us(fn, args, number: int, repeat: int = 7) -> float:
+    fn(*args)
+    return min(timeit.repeat(lambda: fn(*args), number=number, repeat=repeat)) / number * 1e6
+
+
+def ten_ops(x, y):
+    z = x + y
+    z = torch.relu(z)
+    z = z * 2.0
+    z = z - y
+    z = torch.sigmoid(z)
+    z = z.sum(-1, keepdim=True) + z
+    z = z.tanh()
+    z = z / 3.0
+    z = torch.exp(z)
+    return z.mean()
+
+
+def add_one(x):
+    return x + 1
+
+
+def first_call_s(make_fn, args, compiler, reps: int) -> float:
+    """Median wall time of the first call of a freshly compiled function, capture included."""
+    times = []
+    for _ in range(reps):
+        framejit.reset()
+        torch._dynamo.reset()
+        fn = make_fn()
+        compiled = compiler(fn)
+        t0 = time.perf_counter()
+        compiled(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (for smoke tests)")
+    opts = ap.parse_args()
+    number = 2000 if opts.quick else 20000
+    reps = 2 if opts.quick else 5
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+
+    fj = lambda f: framejit.compile(f)                        # noqa: E731
+    tc = lambda f: torch.compile(f, backend="eager")          # noqa: E731
+
+    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print()
+    print("Per-call time (µs; tiny CPU tensors, so dispatch and guards dominate)")
+    print(f"{'function':<12}{'eager':>9}{'framejit':>10}{'torch.compile':>15}"
+          f"{'fj overhead':>13}{'tc overhead':>13}{'fj/tc overhead':>16}")
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    rows = []
+    for name, fn, args in [("x + 1", add_one, (x,)), ("10 ops", ten_ops, (x, y))]:
+        framejit.reset()
+        torch._dynamo.reset()
+        e = per_call_us(fn, args, number)
+        f = per_call_us(fj(fn), args, number)
+        t = per_call_us(tc(fn), args, number)
+        ratio = (f - e) / (t - e)
+        rows.append(ratio)
+        print(f"{name:<12}{e:>9.2f}{f:>10.2f}{t:>15.2f}{f - e:>13.2f}{t - e:>13.2f}{ratio:>16.3f}")
+    print("  target: framejit overhead at most 1/5 (0.200) of torch.compile's")
+    print()
+
+    print("First call, capture included (ms; median of", reps, "fresh compiles)")
+    print(f"{'function':<12}{'eager':>9}{'framejit':>10}{'torch.compile':>15}{'tc/fj speedup':>15}")
+    # Warm both compilers' imports and lazy initialisation once.
+    first_call_s(lambda: add_one, (x,), fj, 1)
+    first_call_s(lambda: add_one, (x,), tc, 1)
+    cfg = GPTConfig(n_embd=64, n_head=4, block_size=32)
+    block = Block(cfg).eval()
+    xb = torch.randn(2, 16, 64)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    cases = [
+        ("50 ops", lambda: ops_chain(50), (a, b)),
+        ("GPT block", lambda: block, (xb,)),
+    ]
+    for name, make, args in cases:
+        e = per_call_us(make(), args, 10, repeat=3) / 1e3
+        f = first_call_s(make, args, fj, reps) * 1e3
+        t = first_call_s(make, args, tc, reps) * 1e3
+        print(f"{name:<12}{e:>9.2f}{f:>10.2f}{t:>15.2f}{t / f:>14.1f}x")
+    print("  target: framejit's first call at least 5x faster than torch.compile's")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The public API: ``compile``, ``disable``, ``reset``."""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+
+from . import _C
+from .backends.registry import lookup_backend
+from .capture import convert_frame as cf
+from .config import make_options
+
+
+def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dynamic=None,
+            options: dict | None = None):
+    """Compile a function or an ``nn.Module`` with framejit.
+
+    Works as ``@framejit.compile``, ``@framejit.compile(backend=...)`` and
+    ``framejit.compile(fn_or_module)``::
+
+        @framejit.compile
+        def f(x, w, b):
+            return torch.relu(x @ w + b).sum(-1)
+
+        model = framejit.compile(torch.nn.Linear(16, 32))
+
+    ``backend`` is a registered name (``"eager"``, ``"default"``) or any callable
+    ``(torch.fx.GraphModule, example_inputs) -> callable``, as for torch.compile.
+    With ``fullgraph=True``, anything that cannot be captured raises :class:`GraphBreakError`
+    instead of running as plain Python. ``dynamic`` is accepted for compatibility; only static
+    shapes are supported yet (``dynamic=True`` raises), so each new input shape recompiles.
+    """
+    if fn_or_module is None:
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                                 options=options)
+    if dynamic:
+        raise NotImplementedError(
+            "framejit.compile(dynamic=True): dynamic shapes are not supported yet; every new input "
+            "shape compiles its own version (up to recompile_limit). Use dynamic=None or False."
+        )
+    opts = make_options(fullgraph=fullgraph, dynamic=dynamic, overrides=options)
+    lookup_backend(backend)  # an unknown backend name fails here, not at the first call
+    if isinstance(fn_or_module, torch.nn.Module):
+        return CompiledModule(fn_or_module, backend, opts)
+    if not callable(fn_or_module):
+        raise TypeError(f"framejit.compile expects a function or an nn.Module, got {type(fn_or_module).__name__}")
+    fn = fn_or_module
+    code = _code_of(fn)
+    ctx = cf.CompileContext(opts, backend, getattr(fn, "__qualname__", repr(fn)))
+    callback = cf.make_callback(ctx)
+    if code is not None:
+        cf.register_target(code)
+    wrapper = _C.CompiledFunction(fn, callback)
+    functools.update_wrapper(wrapper, fn)
+    wrapper._framejit_context = ctx
+    return wrapper
+
+
+def _code_of(fn):
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    return getattr(fn, "__code__", None)
+
+
+class CompiledModule(torch.nn.Module):
+    """What ``framejit.compile(module)`` returns: calls run the module with capture on; everything
+    else (parameters(), state_dict(), train()/eval(), attributes) is the original module's."""
+
+    def __init__(self, module: torch.nn.Module, backend, options):
+        # No nn.Module.__init__: every module attribute resolves to the original through
+        # __getattr__, so state, parameters and flags are shared, never copied.
+        ctx = cf.CompileContext(options, backend, type(module).__qualname__)
+        callback = cf.make_callback(ctx)
+        forward = module.forward
+        code = _code_of(forward)
+        if code is not None:
+            cf.register_target(code)
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_framejit_context", ctx)
+        object.__setattr__(self, "_framejit_call", _C.CompiledFunction(module, callback))
+
+    def __call__(self, *args, **kwargs):
+        return self._framejit_call(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._framejit_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "_orig_mod"), name)
+
+    def __setattr__(self, name, value):
+        setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._orig_mod, name)
+
+    def __getitem__(self, idx):
+        return self._orig_mod[idx]
+
+    def __len__(self):
+        return len(self._orig_mod)
+
+    def __iter__(self):
+        return iter(self._orig_mod)
+
+    def __dir__(self):
+        return dir(self._orig_mod)
+
+    def __repr__(self):
+        return f"framejit.compile({self._orig_mod!r})"
+
+
+def disable(fn=None):
+    """Run ``fn`` as plain Python, never captured, even when called from compiled code::
+
+        @framejit.disable
+        def log_stats(x): ...
+    """
+    if fn is None:
+        return disable
+    wrapper = _C.CompiledFunction(fn, None)
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+def reset() -> None:
+    """Forget every compiled version of every function (they recompile on their next call)."""
+    cf.reset()

@@ -1,0 +1,42 @@
+"""Every Python-version difference the capture cares about, computed once at import.
+
+Handlers never test ``sys.version_info`` themselves; they read the flags and opcode sets here.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+
+PY311 = sys.version_info[:2] == (3, 11)
+PY312 = sys.version_info[:2] == (3, 12)
+PY313 = sys.version_info[:2] >= (3, 13)
+PY312_PLUS = sys.version_info >= (3, 12)
+
+#: Every opcode this interpreter version has, by name (derived, never hand-written).
+ALL_OPNAMES: frozenset[str] = frozenset(name for name in dis.opmap if not name.startswith("<"))
+
+#: Code flags that mark frames the capture must never replace.
+CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
+CO_VARARGS = 0x04
+CO_VARKEYWORDS = 0x08
+
+
+def arg_slot_count(code) -> int:
+    """Number of argument slots at the start of ``co_varnames`` (what the C hook hands to guards)."""
+    n = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & CO_VARARGS:
+        n += 1
+    if code.co_flags & CO_VARKEYWORDS:
+        n += 1
+    return n
+
+
+def arg_slot_names(code) -> tuple[str, ...]:
+    return code.co_varnames[: arg_slot_count(code)]
+
+
+def guard_param_names(code) -> tuple[str, ...]:
+    """Parameters of guard and entry functions: the argument slots, then one closure cell per
+    free variable (the C hook and the trampoline pass them in this order)."""
+    return arg_slot_names(code) + tuple(f"___free_{v}" for v in code.co_freevars)

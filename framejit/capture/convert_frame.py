@@ -1,0 +1,231 @@
+"""The callback the C hook calls on a cache miss: decide, capture, cache, or fall back.
+
+Each ``compile()`` wrapper owns one callback; cache entries record it as their owner so that two
+wrappers of the same function with different backends or options never share entries. Anything
+that goes wrong during capture makes the frame run as plain Python with the reason recorded (or,
+with ``fullgraph=True``, raised as a :class:`GraphBreakError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+import types
+import warnings
+import weakref
+from dataclasses import dataclass, field
+
+from .. import _C
+from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
+from . import compat, ops  # noqa: F401  (ops fills the handler table)
+from .interpreter import RealCell, Translator
+from .output import OutputGraph, make_trampoline
+from .sources import FreeVarSource, free_param
+from .values.builder import _LIBRARY_ROOTS
+
+log_recompiles = logging.getLogger("framejit.recompiles")
+log_breaks = logging.getLogger("framejit.graph_breaks")
+log_internal = logging.getLogger("framejit")
+
+_FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+#: Code objects passed to compile(): captured even when they live in library files.
+_targets: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
+#: Every code object whose per-code state the hook holds (for reset()).
+_touched: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
+
+
+@dataclass
+class Stats:
+    """What happened since the last reset; tests and ``explain`` read it."""
+
+    frames: int = 0          # frames offered to capture
+    captured: int = 0        # frames captured into a cache entry
+    graphs: int = 0          # graphs handed to a backend
+    ops: int = 0             # graph operations captured
+    recompiles: int = 0      # captures after a guard failure
+    eager_frames: int = 0    # frames that fell back to plain Python
+    fallback_reasons: list = field(default_factory=list)   # (function, message)
+    recompile_reasons: list = field(default_factory=list)  # (function, message)
+    capture_seconds: float = 0.0
+
+
+stats = Stats()
+
+
+def reset_stats():
+    global stats
+    stats = Stats()
+
+
+@dataclass
+class CompileContext:
+    options: object
+    backend: object
+    name: str
+    callback: object = None
+    warned_limit: set = field(default_factory=set)
+
+
+@dataclass
+class CacheEntryInfo:
+    """Everything known about one cache entry (kept in the entry tuple for explain and dumps)."""
+
+    code: types.CodeType
+    guards: object
+    guard_fn: object
+    entry_source: str
+    graph_module: object
+    compiled: object
+    trampoline: types.CodeType
+    capture_seconds: float
+
+
+def register_target(code: types.CodeType) -> None:
+    _targets.add(code)
+    _touched.add(code)
+    if _C.get_code_mode(code) == _C.MODE_SKIP:
+        _C.set_code_mode(code, _C.MODE_DEFAULT)
+
+
+def make_callback(ctx: CompileContext):
+    def callback(code, func, f_locals):
+        return convert_frame(ctx, code, func, f_locals)
+
+    ctx.callback = callback
+    return callback
+
+
+def _is_library_file(filename: str) -> bool:
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.realpath(filename)
+    return path.startswith(_LIBRARY_ROOTS) or path.startswith(_FRAMEJIT_DIR)
+
+
+def where(code: types.CodeType) -> str:
+    return f"{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} at {code.co_filename}:{code.co_firstlineno}"
+
+
+def convert_frame(ctx: CompileContext, code, func, f_locals):
+    if code not in _targets and _is_library_file(code.co_filename):
+        _C.set_code_mode(code, _C.MODE_SKIP)
+        _touched.add(code)
+        return None
+    _touched.add(code)
+    stats.frames += 1
+    entries = _C.get_cache_entries(code)
+    mine = [e for e in entries if e[2] is ctx.callback]
+    if mine:
+        scope = dict(f_locals)
+        for var, cell in zip(code.co_freevars, func.__closure__ or ()):
+            scope[free_param(var)] = cell
+        reason = _miss_reason(mine, scope)
+        if len(mine) >= ctx.options.recompile_limit:
+            if code not in ctx.warned_limit:
+                ctx.warned_limit.add(code)
+                warnings.warn(
+                    f"framejit: {where(code)} was recompiled {len(mine)} times (recompile_limit="
+                    f"{ctx.options.recompile_limit}); calls that match none of its {len(mine)} cached "
+                    f"versions now run as plain Python. Last reason: {reason}. Make inputs of one "
+                    f"kind (shapes, dtypes, flags), or raise options={{'recompile_limit': N}}.",
+                    stacklevel=2,
+                )
+            stats.eager_frames += 1
+            stats.fallback_reasons.append((where(code), f"recompile limit reached ({reason})"))
+            return None
+        stats.recompiles += 1
+        stats.recompile_reasons.append((where(code), reason))
+        log_recompiles.info("Recompiling %s: %s", where(code), reason)
+        if ctx.options.dump_dir:
+            from ..debug.dump import dump_reason
+            dump_reason(ctx.options.dump_dir, code, "recompile", reason)
+    try:
+        info = capture_frame(ctx, code, func, f_locals)
+    except Unsupported as e:
+        return _fall_back(ctx, code, e)
+    except BackendError as e:
+        if ctx.options.fullgraph:
+            raise
+        warnings.warn(f"framejit: {e}; {where(code)} runs as plain Python", stacklevel=2)
+        return _fall_back(ctx, code, Unsupported(f"the backend failed: {e.__cause__!r}"))
+    except Exception as e:
+        if ctx.options.fullgraph:
+            raise InternalError(f"framejit failed while compiling {where(code)} (a bug in framejit)") from e
+        log_internal.warning("framejit: internal error while compiling %s; it runs as plain Python.\n%s",
+                             where(code), traceback.format_exc())
+        return _fall_back(ctx, code, Unsupported(f"internal error: {type(e).__name__}: {e}"))
+    entries.append((info.guard_fn, info.trampoline, ctx.callback, info))
+    return info.trampoline
+
+
+def _miss_reason(entries, f_locals) -> str:
+    reasons = []
+    for e in entries:
+        r = e[3].guards.failure_reason(f_locals)
+        reasons.append(r or "a guard failed")
+    return reasons[0] if len(reasons) == 1 else "; ".join(dict.fromkeys(reasons))
+
+
+def _fall_back(ctx, code, e: Unsupported):
+    message = e.describe()
+    stats.eager_frames += 1
+    stats.fallback_reasons.append((where(code), message))
+    if ctx.options.fullgraph:
+        raise GraphBreakError(code.co_name, e) from None
+    log_breaks.info("%s runs as plain Python: %s", where(code), message)
+    if ctx.options.dump_dir:
+        from ..debug.dump import dump_reason
+        dump_reason(ctx.options.dump_dir, code, "runs as plain Python", message)
+    # Capture would fail the same way next time: stop offering this code (reset() undoes it).
+    if not mine_entries(code, ctx):
+        _C.set_code_mode(code, _C.MODE_SKIP)
+    return None
+
+
+def mine_entries(code, ctx):
+    return [e for e in _C.get_cache_entries(code) if e[2] is ctx.callback]
+
+
+def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
+    t0 = time.perf_counter()
+    if code.co_flags & compat.CO_GENERATOR_LIKE:
+        raise Unsupported("compiling a generator or coroutine function")
+    output = OutputGraph(ctx.options)
+    builtins_dict = func.__builtins__ if isinstance(func.__builtins__, dict) else vars(func.__builtins__)
+    tx = Translator(output, code, func.__globals__, builtins_dict)
+    tx.lazy_args = dict(f_locals)
+    for var, cell in zip(code.co_freevars, func.__closure__ or ()):
+        tx.cells[var] = RealCell(cell, FreeVarSource(var))
+    ret = tx.run()
+    n = len(_C.get_cache_entries(code))
+    label = f"{code.co_name} {os.path.basename(code.co_filename)}:{code.co_firstlineno} #{n}"
+    entry, entry_src, gm, compiled = output.compile_entry(ret, code, ctx.backend, label)
+    guard_fn = output.guards.build(compat.guard_param_names(code), label)
+    _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
+    trampoline = make_trampoline(code, entry)
+    seconds = time.perf_counter() - t0
+    stats.captured += 1
+    stats.capture_seconds += seconds
+    if gm is not None:
+        stats.graphs += 1
+        stats.ops += sum(1 for node in gm.graph.nodes if node.op.startswith("call"))
+    info = CacheEntryInfo(code, output.guards, guard_fn, entry_src, gm, compiled, trampoline, seconds)
+    if ctx.options.dump_dir:
+        from ..debug.dump import dump_entry
+        dump_entry(ctx.options.dump_dir, info, label)
+    return info
+
+
+def reset() -> None:
+    """Drop every cache entry and per-code decision, and the statistics."""
+    for code in list(_touched):
+        _C.clear_code(code)
+    _touched.clear()
+    for code in list(_targets):
+        _touched.add(code)
+    reset_stats()
+    from .values.tensor import clear_meta_memo
+    clear_meta_memo()

@@ -1,0 +1,307 @@
+"""Guards: what must hold for a cache entry to be reused.
+
+Guards are collected while a frame is captured (each value read from outside the frame adds what
+its use depends on), then compiled into one Python function of the frame's argument slots. The
+C hook calls it on every call, so the generated code is straight-line ``if ...: return False``
+tests with shared sub-paths loaded once. When it fails, :meth:`GuardSet.failure_reason` says which
+guard failed in the user's terms (``x.shape[0]: 8 → 16``) for the recompile log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+from dataclasses import dataclass, field
+
+import torch
+
+from .sources import ConstNames, Source, SourceLoader
+
+_guard_ids = itertools.count()
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+    lambda: torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
+)
+
+
+def _autocast_detail() -> tuple:
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+
+
+def _global_state() -> tuple:
+    """The global torch state a captured graph depends on. Autocast details are read only when
+    some autocast is on, so the common case costs one call."""
+    any_autocast = bool(_any_autocast())
+    return (
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+        any_autocast,
+        _autocast_detail() if any_autocast else None,
+    )
+
+
+_GLOBAL_STATE_NAMES = (
+    "torch.is_grad_enabled()",
+    "torch.get_default_dtype()",
+    "autocast enabled",
+    "autocast (enabled, dtype) for cpu and cuda",
+)
+
+
+class Guard:
+    """One check on one source. ``code`` renders the test; ``reason`` explains a failure."""
+
+    source: Source
+    #: Cheaper, more discriminating guards first (identity before tensor metadata).
+    order = 50
+
+    def code(self, v: str, names: ConstNames) -> list[str]:
+        """Lines that ``return False`` when the guard fails; ``v`` names the value."""
+        raise NotImplementedError
+
+    def reason(self, value) -> str | None:
+        """Why ``value`` fails the guard, or None if it passes."""
+        raise NotImplementedError
+
+
+class IdGuard(Guard):
+    order = 10
+
+    def __init__(self, source: Source, obj: object):
+        self.source = source
+        self.obj = obj
+
+    def code(self, v, names):
+        return [f"if {v} is not {names(self.obj)}: return False"]
+
+    def reason(self, value):
+        if value is self.obj:
+            return None
+        return f"{self.source.name()}: a different object ({_short(self.obj)} → {_short(value)})"
+
+
+class TypeGuard(Guard):
+    order = 20
+
+    def __init__(self, source: Source, typ: type):
+        self.source = source
+        self.typ = typ
+
+    def code(self, v, names):
+        return [f"if type({v}) is not {names(self.typ)}: return False"]
+
+    def reason(self, value):
+        if type(value) is self.typ:
+            return None
+        return f"type({self.source.name()}): {self.typ.__name__} → {type(value).__name__}"
+
+
+_LITERAL_TYPES = (bool, int, float, str, type(None))
+
+
+def _is_literal(value) -> bool:
+    if type(value) in _LITERAL_TYPES:
+        return not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))))
+    if type(value) is tuple:
+        return all(_is_literal(x) for x in value)
+    return False
+
+
+class EqualsGuard(Guard):
+    """Type and value of an immutable Python value (int, float, str, bool, None, tuples of them,
+    dtypes, devices, torch.Size)."""
+
+    order = 20
+
+    def __init__(self, source: Source, value: object):
+        self.source = source
+        self.value = value
+
+    def code(self, v, names):
+        value = self.value
+        if value is None or type(value) is bool:
+            return [f"if {v} is not {value!r}: return False"]
+        if isinstance(value, torch.dtype):
+            return [f"if {v} is not {names(value)}: return False"]
+        rhs = repr(value) if _is_literal(value) else names(value)
+        if isinstance(value, float) and value != value:
+            return [f"if type({v}) is not float or {v} == {v}: return False"]
+        return [f"if type({v}) is not {names(type(value))} or {v} != {rhs}: return False"]
+
+    def reason(self, value):
+        if type(value) is type(self.value) and (value == self.value or (value != value and self.value != self.value)):
+            return None
+        return f"{self.source.name()}: {self.value!r} → {value!r}"
+
+
+class LenGuard(Guard):
+    order = 25
+
+    def __init__(self, source: Source, typ: type, length: int):
+        self.source = source
+        self.typ = typ
+        self.length = length
+
+    def code(self, v, names):
+        return [f"if type({v}) is not {names(self.typ)} or len({v}) != {self.length}: return False"]
+
+    def reason(self, value):
+        if type(value) is not self.typ:
+            return f"type({self.source.name()}): {self.typ.__name__} → {type(value).__name__}"
+        if len(value) != self.length:
+            return f"len({self.source.name()}): {self.length} → {len(value)}"
+        return None
+
+
+class DictKeysGuard(Guard):
+    order = 25
+
+    def __init__(self, source: Source, typ: type, keys: tuple):
+        self.source = source
+        self.typ = typ
+        self.keys = keys
+
+    def code(self, v, names):
+        return [f"if type({v}) is not {names(self.typ)} or tuple({v}) != {names(self.keys)}: return False"]
+
+    def reason(self, value):
+        if type(value) is not self.typ:
+            return f"type({self.source.name()}): {self.typ.__name__} → {type(value).__name__}"
+        if tuple(value) != self.keys:
+            return f"keys of {self.source.name()}: {list(self.keys)} → {list(value)}"
+        return None
+
+
+class TensorGuard(Guard):
+    """Type, dtype, device, shape, strides and requires_grad of a tensor."""
+
+    order = 30
+
+    def __init__(self, source: Source, t: torch.Tensor):
+        self.source = source
+        self.typ = type(t)
+        self.dtype = t.dtype
+        self.device = t.device
+        self.shape = tuple(t.shape)
+        self.stride = tuple(t.stride())
+        self.requires_grad = t.requires_grad
+
+    def code(self, v, names):
+        return [
+            f"if type({v}) is not {names(self.typ)} or {v}.dtype is not {names(self.dtype)}"
+            f" or {v}.shape != {self.shape!r} or {v}.stride() != {self.stride!r}"
+            f" or {v}.requires_grad is not {self.requires_grad!r}"
+            f" or {v}.device != {names(self.device)}: return False"
+        ]
+
+    def reason(self, value):
+        n = self.source.name()
+        if type(value) is not self.typ:
+            return f"type({n}): {self.typ.__name__} → {type(value).__name__}"
+        if value.dtype is not self.dtype:
+            return f"{n}.dtype: {self.dtype} → {value.dtype}"
+        if value.device != self.device:
+            return f"{n}.device: {self.device} → {value.device}"
+        shape = tuple(value.shape)
+        if shape != self.shape:
+            if len(shape) != len(self.shape):
+                return f"{n}.ndim: {len(self.shape)} → {len(shape)} (shape {list(self.shape)} → {list(shape)})"
+            dims = [f"{n}.shape[{i}]: {a} → {b}" for i, (a, b) in enumerate(zip(self.shape, shape)) if a != b]
+            return ", ".join(dims)
+        if tuple(value.stride()) != self.stride:
+            return f"{n}.stride(): {self.stride} → {tuple(value.stride())} (a differently laid out tensor, e.g. a transposed view)"
+        if value.requires_grad is not self.requires_grad:
+            return f"{n}.requires_grad: {self.requires_grad} → {value.requires_grad}"
+        return None
+
+
+@dataclass
+class GuardSet:
+    """The guards of one cache entry, and the global state captured with them."""
+
+    guards: list[Guard] = field(default_factory=list)
+    global_state: tuple = field(default_factory=_global_state)
+
+    def add(self, guard: Guard) -> None:
+        self.guards.append(guard)
+
+    def __len__(self):
+        return len(self.guards)
+
+    # -- code generation ------------------------------------------------------------------------
+
+    def python_source(self, argnames: tuple[str, ...], fn_name: str) -> tuple[str, dict]:
+        names = ConstNames("___g")
+        lines: list[str] = []
+        value_of = SourceLoader(names, argnames, lines)
+
+        grad, dtype, any_autocast, autocast = self.global_state
+        lines.append(
+            f"if {names(torch.is_grad_enabled)}() is not {grad}"
+            f" or {names(torch.get_default_dtype)}() is not {names(dtype)}"
+            f" or {names(_any_autocast)}() is not {any_autocast}: return False"
+        )
+        if any_autocast:
+            lines.append(f"if {names(_autocast_detail)}() != {names(autocast)}: return False")
+        for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
+            lines.extend(guard.code(value_of(guard.source), names))
+        body = "\n        ".join(lines)
+        src = (
+            f"def {fn_name}({', '.join(argnames)}):\n"
+            f"    try:\n"
+            f"        {body}\n"
+            f"    except Exception:\n"
+            f"        return False\n"
+            f"    return True\n"
+        )
+        return src, names.namespace
+
+    def build(self, argnames: tuple[str, ...], label: str):
+        """Compile the guard function (a plain function of the frame's argument slots)."""
+        fn_name = f"___guard_{next(_guard_ids)}"
+        src, namespace = self.python_source(argnames, fn_name)
+        filename = f"<framejit-guard {label}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        exec(compile(src, filename, "exec"), namespace)
+        fn = namespace[fn_name]
+        fn.__framejit_source__ = src
+        return fn
+
+    # -- explaining failures ---------------------------------------------------------------------
+
+    def failure_reason(self, f_locals: dict) -> str | None:
+        """The first guard that ``f_locals`` (argument name → value) fails, in the user's terms."""
+        now = _global_state()
+        if now != self.global_state:
+            for name, old, new in zip(_GLOBAL_STATE_NAMES, self.global_state, now):
+                if old != new:
+                    return f"{name}: {old} → {new}"
+        names = ConstNames("___g")
+        for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
+            try:
+                value = eval(guard.source.expr(names), names.namespace, dict(f_locals))
+            except Exception as e:  # the path itself no longer exists
+                return f"{guard.source.name()} can no longer be read ({type(e).__name__}: {e})"
+            reason = guard.reason(value)
+            if reason is not None:
+                return reason
+        return None
+
+
+def _depth(source: Source) -> int:
+    depth = 0
+    while True:
+        base = getattr(source, "base", None) or getattr(source, "fn", None)
+        if base is None:
+            return depth
+        depth += 1
+        source = base
+
+
+def _short(obj) -> str:
+    r = repr(obj)
+    if len(r) > 60:
+        r = f"<{type(obj).__name__} at {id(obj):#x}>"
+    return r

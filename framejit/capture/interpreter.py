@@ -1,0 +1,348 @@
+"""The symbolic interpreter: runs one frame's instructions over symbolic values.
+
+A :class:`Translator` holds one frame's stack, locals and cells. The root translator is the frame
+being captured; each inlined call runs a child translator that shares the root's output graph.
+Instructions dispatch through ``HANDLERS`` (filled by the ``ops`` modules, one per opcode family);
+an opcode without a handler raises :class:`Unsupported` naming the construct.
+"""
+
+from __future__ import annotations
+
+import linecache
+import operator
+import types
+from collections.abc import Callable
+
+from bytecode import Bytecode, Instr, Label
+
+from ..errors import SourceLocation, Unsupported
+from . import compat
+from .sources import ClosureCellSource, LocalSource
+from .values.base import ConstantValue, Value, const
+from .values.builder import wrap, wrap_sourceless
+from .values.containers import ListValue, SequenceValue, TupleValue
+from .values.tensor import TensorValue, graph_call
+
+#: opname -> handler(tx, inst). Filled by the modules in ``ops``.
+HANDLERS: dict[str, Callable] = {}
+
+
+def handler(*opnames: str):
+    def register(fn):
+        for name in opnames:
+            if name in compat.ALL_OPNAMES:
+                HANDLERS[name] = fn
+        return fn
+    return register
+
+
+class Inst:
+    """One decoded instruction: ``name``, ``arg`` (jump targets resolved to indices), ``lineno``."""
+
+    __slots__ = ("name", "arg", "lineno", "target")
+
+    def __init__(self, name, arg, lineno, target=None):
+        self.name = name
+        self.arg = arg
+        self.lineno = lineno
+        self.target = target
+
+    def __repr__(self):
+        return f"{self.name} {self.arg!r}"
+
+
+_decoded: dict[types.CodeType, list[Inst]] = {}
+
+
+def decode(code: types.CodeType) -> list[Inst]:
+    insts = _decoded.get(code)
+    if insts is not None:
+        return insts
+    bc = Bytecode.from_code(code)
+    insts = []
+    labels: dict[Label, int] = {}
+    pending: list[tuple[Inst, Label]] = []
+    for item in bc:
+        if isinstance(item, Label):
+            labels[item] = len(insts)
+        elif isinstance(item, Instr):
+            inst = Inst(item.name, item.arg, item.lineno)
+            if isinstance(item.arg, Label):
+                pending.append((inst, item.arg))
+            insts.append(inst)
+        # TryBegin/TryEnd (exception table) and SetLineno carry no behaviour on the path where
+        # nothing raises, which is the only path captured.
+    for inst, label in pending:
+        inst.target = labels[label]
+    _decoded[code] = insts
+    return insts
+
+
+class _Return(Exception):
+    def __init__(self, value: Value):
+        self.value = value
+
+
+class RealCell(Value):
+    """A cell of a real closure (a variable an inlined function closes over)."""
+
+    __slots__ = ("cell", "cell_source")
+
+    def __init__(self, cell, cell_source):
+        super().__init__(None)
+        self.cell = cell
+        self.cell_source = cell_source
+
+    def describe(self):
+        return "a closure variable"
+
+
+class Translator:
+    def __init__(self, output, code: types.CodeType, f_globals: dict, f_builtins: dict,
+                 parent: Translator | None = None):
+        self.output = output
+        self.code = code
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.insts = decode(code)
+        self.stack: list[Value] = []
+        self.locals: dict[str, Value] = {}
+        self.lazy_args: dict[str, object] = {}
+        self.cells: dict[str, Value] = {}
+        self.kw_names: tuple[str, ...] = ()
+        self.pc = 0
+        self.current: Inst | None = None
+        self.lineno = code.co_firstlineno
+
+    # -- stack ----------------------------------------------------------------------------------
+    def push(self, v: Value):
+        self.stack.append(v)
+
+    def pop(self) -> Value:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Value]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    # -- locals ---------------------------------------------------------------------------------
+    def load_local(self, name: str) -> Value:
+        v = self.locals.get(name)
+        if v is None:
+            if name in self.lazy_args:
+                v = wrap(self, self.lazy_args.pop(name), LocalSource(name))
+                self.locals[name] = v
+            else:
+                raise Unsupported(f"local variable {name!r} referenced before assignment")
+        return v
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self) -> Value:
+        insts = self.insts
+        try:
+            while True:
+                inst = insts[self.pc]
+                self.current = inst
+                if inst.lineno is not None:
+                    self.lineno = inst.lineno
+                self.pc += 1
+                fn = HANDLERS.get(inst.name)
+                if fn is None:
+                    unsupported_opcode(self, inst)
+                fn(self, inst)
+        except _Return as r:
+            return r.value
+        except Unsupported as e:
+            if e.where is None:
+                e.where = self.location()
+            raise
+
+    def jump(self, inst: Inst):
+        self.pc = inst.target
+
+    def location(self) -> SourceLocation:
+        filename = self.code.co_filename
+        text = linecache.getline(filename, self.lineno) if self.lineno else ""
+        return SourceLocation(filename, self.lineno, self.code.co_name, text)
+
+    def user_stack(self) -> list[tuple[str, int, str]]:
+        frames = []
+        tx = self
+        while tx is not None:
+            frames.append((tx.code.co_filename, tx.lineno, tx.code.co_name))
+            tx = tx.parent
+        return frames
+
+    # -- calls ----------------------------------------------------------------------------------
+    def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        return fn.call(self, args, kwargs)
+
+    def inline_function(self, fn: types.FunctionType, args, kwargs, fn_source=None) -> Value:
+        closure = None
+        if fn.__closure__:
+            closure = []
+            for i, (cell, var) in enumerate(zip(fn.__closure__, fn.__code__.co_freevars)):
+                src = ClosureCellSource(fn_source, i, var) if fn_source is not None else None
+                closure.append(RealCell(cell, src))
+        return self.inline_code(fn.__code__, fn.__globals__, args, kwargs, defaults=fn.__defaults__,
+                                kwdefaults=fn.__kwdefaults__, closure=closure, name=fn.__qualname__)
+
+    def inline_code(self, code, f_globals, args, kwargs, *, defaults=None, kwdefaults=None,
+                    closure=None, name=None) -> Value:
+        if code.co_flags & compat.CO_GENERATOR_LIKE:
+            raise Unsupported(f"calling the generator or coroutine function {name or code.co_name}()",
+                              "generators are not captured yet")
+        if self.depth >= self.output.options.max_inline_depth:
+            raise Unsupported(f"calls nested more than {self.output.options.max_inline_depth} deep (recursion?)")
+        child = Translator(self.output, code, f_globals, self.f_builtins if f_globals is self.f_globals
+                           else f_globals.get("__builtins__", self.f_builtins), parent=self)
+        if isinstance(child.f_builtins, types.ModuleType):
+            child.f_builtins = vars(child.f_builtins)
+        bind_arguments(self, child, code, args, kwargs, defaults, kwdefaults)
+        for cell_name, cell in zip(code.co_freevars, closure or ()):
+            child.cells[cell_name] = cell
+        try:
+            return child.run()
+        except Unsupported as e:
+            e.stack.append(self.location())
+            raise
+
+    # -- operators ------------------------------------------------------------------------------
+    def apply_operator(self, fn, args: list[Value]) -> Value:
+        if any(isinstance(a, TensorValue) for a in args):
+            return graph_call(self, "call_function", fn, list(args), {})
+        if all(a.is_constant() for a in args):
+            consts = [a.as_constant() for a in args]
+            try:
+                return wrap_sourceless(self, fn(*consts))
+            except Exception as e:
+                raise Unsupported(f"{_op_symbol(fn)} on {', '.join(map(repr, consts))} raises "
+                                  f"{type(e).__name__}: {e}") from e
+        return sequence_operator(self, fn, args)
+
+
+def _op_symbol(fn) -> str:
+    return getattr(fn, "__name__", repr(fn))
+
+
+def sequence_operator(tx, fn, args: list[Value]) -> Value:
+    """``+``, ``*`` and comparisons on tuples and lists holding symbolic values."""
+    if len(args) == 2:
+        a, b = args
+        if fn in (operator.add, operator.iadd) and isinstance(a, SequenceValue) and isinstance(b, SequenceValue):
+            if isinstance(a, ListValue) and fn is operator.iadd:
+                a._check_mutable("+=")
+                a.items.extend(b.items)
+                return a
+            return type(a)(a.items + b.items) if not isinstance(a, TupleValue) else TupleValue(a.items + b.items)
+        if fn in (operator.add, operator.iadd) and isinstance(a, ConstantValue) and isinstance(b, SequenceValue) \
+                and isinstance(a.value, tuple):
+            return TupleValue([const(x) for x in a.value] + b.items)
+        if fn in (operator.add, operator.iadd) and isinstance(b, ConstantValue) and isinstance(a, SequenceValue) \
+                and isinstance(b.value, (tuple, list)):
+            return type(a)(a.items + [const(x) for x in b.value]) if not isinstance(a, TupleValue) else TupleValue(a.items + [const(x) for x in b.value])
+        if fn is operator.mul and isinstance(a, SequenceValue) and b.is_constant():
+            items = a.items * b.as_constant()
+            return TupleValue(items) if isinstance(a, TupleValue) else ListValue(items)
+    names = " and ".join(a.describe() for a in args)
+    raise Unsupported(f"operator {_op_symbol(fn)} on {names}")
+
+
+def bind_arguments(caller: Translator, child: Translator, code, args, kwargs, defaults, kwdefaults):
+    """Bind symbolic arguments to ``code``'s parameters, like a Python call does."""
+    nargs = code.co_argcount
+    nkw = code.co_kwonlyargcount
+    names = code.co_varnames
+    posonly = code.co_posonlyargcount
+    params = names[:nargs]
+    kwonly = names[nargs:nargs + nkw]
+    idx = nargs + nkw
+    varargs = names[idx] if code.co_flags & compat.CO_VARARGS else None
+    if varargs is not None:
+        idx += 1
+    varkw = names[idx] if code.co_flags & compat.CO_VARKEYWORDS else None
+    fname = code.co_name
+    bound: dict[str, Value] = {}
+    for name, v in zip(params, args):
+        bound[name] = v
+    extra = list(args[nargs:])
+    if extra:
+        if varargs is None:
+            raise Unsupported(f"{fname}() takes {nargs} positional arguments but {len(args)} were given")
+    kw_extra: dict[str, Value] = {}
+    for k, v in kwargs.items():
+        if (k in params and params.index(k) >= posonly) or k in kwonly:
+            if k in bound:
+                raise Unsupported(f"{fname}() got multiple values for argument {k!r}")
+            bound[k] = v
+        elif varkw is not None:
+            kw_extra[k] = v
+        else:
+            raise Unsupported(f"{fname}() got an unexpected keyword argument {k!r}")
+    if defaults:
+        first_default = nargs - len(defaults)
+        for i in range(first_default, nargs):
+            if params[i] not in bound:
+                bound[params[i]] = wrap_sourceless(caller, defaults[i - first_default])
+    for k in kwonly:
+        if k not in bound and kwdefaults and k in kwdefaults:
+            bound[k] = wrap_sourceless(caller, kwdefaults[k])
+    missing = [p for p in params + kwonly if p not in bound]
+    if missing:
+        raise Unsupported(f"{fname}() missing required arguments {missing}")
+    if varargs is not None:
+        bound[varargs] = TupleValue(extra)
+    if varkw is not None:
+        from .values.containers import DictValue
+        bound[varkw] = DictValue(kw_extra)
+    child.locals.update(bound)
+
+
+def unsupported_opcode(tx: Translator, inst: Inst):
+    words = _OPCODE_WORDS.get(inst.name)
+    if words is None:
+        words = f"the Python operation {inst.name}"
+    raise Unsupported(words, _OPCODE_HINTS.get(inst.name, ""))
+
+
+_OPCODE_WORDS = {
+    "BEFORE_WITH": "a `with` block",
+    "BEFORE_ASYNC_WITH": "an `async with` block",
+    "RAISE_VARARGS": "raising an exception",
+    "RERAISE": "re-raising an exception",
+    "PUSH_EXC_INFO": "an `except` handler",
+    "IMPORT_NAME": "an import statement",
+    "IMPORT_FROM": "an import statement",
+    "YIELD_VALUE": "yield",
+    "GET_AWAITABLE": "await",
+    "SETUP_ANNOTATIONS": "a variable annotation at module level",
+    "STORE_GLOBAL": "assigning a global variable",
+    "DELETE_GLOBAL": "deleting a global variable",
+    "STORE_ATTR": "assigning an attribute",
+    "DELETE_ATTR": "deleting an attribute",
+    "BUILD_SET": "a set literal",
+    "SET_ADD": "a set comprehension",
+    "SET_UPDATE": "a set literal",
+    "LOAD_BUILD_CLASS": "a class definition",
+    "MATCH_CLASS": "a match statement",
+    "MATCH_MAPPING": "a match statement",
+    "MATCH_SEQUENCE": "a match statement",
+    "MATCH_KEYS": "a match statement",
+    "GET_LEN": "a match statement",
+    "CHECK_EXC_MATCH": "an `except` clause",
+    "LOAD_ASSERTION_ERROR": "a failing assert",
+    "DELETE_DEREF": "deleting a closure variable",
+}
+_OPCODE_HINTS = {
+    "BEFORE_WITH": "`with` blocks (torch.no_grad(), autocast) are captured in a later version; "
+                   "for now enter the context outside the compiled function",
+    "IMPORT_NAME": "import at module level instead",
+    "STORE_GLOBAL": "return the value instead of assigning a global",
+    "STORE_ATTR": "return the value and assign it outside the compiled function",
+    "RAISE_VARARGS": "move the check outside the compiled function",
+}

@@ -1,0 +1,84 @@
+"""Calls: CALL with positional, keyword and star arguments, and functions made in the frame."""
+
+from __future__ import annotations
+
+from ...errors import Unsupported
+from ..interpreter import handler
+from ..values.base import NULL, ConstantValue
+from ..values.containers import DictValue, TupleValue
+from ..values.functions import NestedFunctionValue
+
+
+@handler("KW_NAMES")
+def kw_names(tx, inst):
+    tx.kw_names = tuple(inst.arg)
+
+
+@handler("CALL")
+def call(tx, inst):
+    argc = inst.arg
+    args = tx.popn(argc)
+    second = tx.pop()
+    first = tx.pop()
+    if first is NULL:
+        fn = second
+    else:
+        fn = first
+        args = [second, *args]
+    names = tx.kw_names
+    tx.kw_names = ()
+    kwargs = {}
+    if names:
+        kwargs = dict(zip(names, args[-len(names):]))
+        args = args[: -len(names)]
+    tx.push(tx.call(fn, args, kwargs))
+
+
+@handler("CALL_FUNCTION_EX")
+def call_function_ex(tx, inst):
+    kwargs = {}
+    if inst.arg & 1:
+        kw = tx.pop()
+        if not isinstance(kw, DictValue):
+            raise Unsupported(f"calling with **{kw.describe()}")
+        kwargs = dict(kw.items)
+    args = tx.pop().iterate(tx)
+    fn = tx.pop()
+    if tx.stack and tx.stack[-1] is NULL:
+        tx.pop()
+    tx.push(tx.call(fn, list(args), kwargs))
+
+
+@handler("MAKE_FUNCTION")
+def make_function(tx, inst):
+    flags = inst.arg
+    code_value = tx.pop()
+    code = code_value.as_constant()
+    closure = tx.pop().items if flags & 0x08 else None
+    if flags & 0x04:
+        tx.pop()  # annotations
+    kwdefaults = None
+    if flags & 0x02:
+        kwdefaults = {k: v.as_constant() for k, v in tx.pop().items.items()}
+    defaults = None
+    if flags & 0x01:
+        d = tx.pop()
+        defaults = tuple(x.as_constant() for x in d.items) if isinstance(d, TupleValue) else d.as_constant()
+    tx.push(NestedFunctionValue(code, tx.f_globals, defaults, kwdefaults, closure,
+                                getattr(code, "co_qualname", code.co_name)))
+
+
+@handler("CALL_INTRINSIC_1")
+def call_intrinsic_1(tx, inst):
+    kind = int(inst.arg)
+    if kind == 5:  # INTRINSIC_UNARY_POSITIVE
+        import operator
+        tx.push(tx.apply_operator(operator.pos, [tx.pop()]))
+    elif kind == 6:  # INTRINSIC_LIST_TO_TUPLE
+        items = tx.pop().iterate(tx)
+        tx.push(TupleValue(items))
+    else:
+        raise Unsupported(f"the Python operation CALL_INTRINSIC_1({kind})")
+
+
+__all__ = ["ConstantValue"]

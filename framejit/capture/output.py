@@ -1,0 +1,211 @@
+"""The output of one capture: the graph, its inputs, its guards, and the code that runs it.
+
+For a frame captured whole, the rewritten code object is a thin *trampoline* with the frame's own
+signature: it passes the frame's argument slots to a generated *entry function*, which loads the
+graph's inputs from their sources (``self._modules['fc']._parameters['weight']``), calls the
+compiled graph, and rebuilds the frame's return value. The entry function is plain readable Python
+(it is what the dumps show as "the rewritten code"); the trampoline exists only because the C hook
+runs a code object in the caller's frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import re
+import types
+
+import torch
+from bytecode import Bytecode, CellVar, FreeVar, Instr
+
+from .. import _C
+from ..backends.registry import compile_graph, lookup_backend
+from ..errors import BackendError
+from ..fx_ir import Graph, GraphModule
+from . import compat
+from .guards import GuardSet
+from .sources import ConstNames, Source, SourceLoader
+from .values.tensor import TensorValue, meta_from_real
+
+_entry_ids = itertools.count()
+
+
+class OutputGraph:
+    def __init__(self, options):
+        self.options = options
+        self.graph = Graph()
+        self.guards = GuardSet()
+        #: (source, real tensor, placeholder) for each graph input, in placeholder order.
+        self.inputs: list[tuple[Source, torch.Tensor, object]] = []
+        #: source key -> the value wrapped for it (one value per source).
+        self.source_values: dict = {}
+        #: get_attr name -> constant tensor held by the graph module.
+        self.constants: dict[str, torch.Tensor] = {}
+
+    # -- graph inputs ---------------------------------------------------------------------------
+    def _first_non_placeholder(self):
+        for n in self.graph.nodes:
+            if n.op != "placeholder":
+                return n
+        return None
+
+    def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:
+        from .guards import TensorGuard
+
+        name = _identifier(source.name())
+        anchor = self._first_non_placeholder()
+        if anchor is not None:
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(name)
+        else:
+            node = self.graph.placeholder(name)
+        node.meta["val"] = meta_from_real(tensor)
+        node.meta["device"] = tensor.device
+        node.meta["type"] = type(tensor)
+        node.meta["source"] = source.name()
+        node.meta["is_leaf"] = tensor.is_leaf
+        self.guards.add(TensorGuard(source, tensor))
+        self.inputs.append((source, tensor, node))
+        return TensorValue(node, source)
+
+    def add_constant_tensor(self, tensor: torch.Tensor) -> TensorValue:
+        name = f"_tensor_constant{len(self.constants)}"
+        self.constants[name] = tensor
+        node = self.graph.get_attr(name)
+        node.meta["val"] = meta_from_real(tensor)
+        node.meta["device"] = tensor.device
+        return TensorValue(node)
+
+    # -- finishing ------------------------------------------------------------------------------
+    def compile_entry(self, return_value, code: types.CodeType, backend, label: str):
+        """Build the compiled graph and the entry function that returns ``return_value``."""
+        argnames = compat.guard_param_names(code)
+        lines = []
+        cg = EntryCodegen(argnames, lines)
+        ret = return_value.reconstruct(cg)
+        graph = self.graph
+        has_work = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
+        gm = compiled = None
+        if has_work:
+            graph.output(tuple(cg.graph_outputs))
+            graph.eliminate_dead_code()
+            self._prune_unused_inputs()
+            gm = GraphModule(self.constants, graph)
+            example_inputs = [t for _, t, _ in self.inputs]
+            compiled = _compile_with_backend(backend, gm, example_inputs)
+            call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
+            lines.append(f"___o = {cg.const_name(compiled)}({call_args})")
+        lines.append(f"return {ret}")
+        fn_name = f"___entry_{next(_entry_ids)}"
+        body = "\n    ".join(lines)
+        src = f"def {fn_name}({', '.join(argnames)}):\n    {body}\n"
+        filename = f"<framejit-entry {label}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        namespace = dict(cg.names.namespace)
+        exec(compile(src, filename, "exec"), namespace)
+        entry = namespace[fn_name]
+        _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
+        return entry, src, gm, compiled
+
+    def _prune_unused_inputs(self):
+        alive = set()
+        for node in list(self.graph.nodes):
+            if node.op == "placeholder":
+                if node.users:
+                    alive.add(node)
+                else:
+                    self.graph.erase_node(node)
+        self.inputs = [entry for entry in self.inputs if entry[2] in alive]
+
+
+def _compile_with_backend(backend, gm, example_inputs):
+    record = lookup_backend(backend)
+    try:
+        compiled = compile_graph(record, gm, example_inputs)
+    except Exception as e:
+        raise BackendError(f"backend {record.name!r} failed to compile a graph:\n{gm.graph}") from e
+    code = getattr(compiled, "__code__", None)
+    if record.native and code is not None:
+        # Generated graph code must never be captured itself.
+        _C.set_code_mode(code, _C.MODE_SKIP)
+        return compiled
+    # A user backend may return anything callable; run it with capture off so that nothing it
+    # calls is captured again.
+    return _C.CompiledFunction(compiled, None)
+
+
+class EntryCodegen:
+    """Renders values as Python expressions of the entry function."""
+
+    def __init__(self, argnames, lines: list[str]):
+        self.names = ConstNames("___k")
+        self.graph_outputs: list = []
+        self._out_index: dict = {}
+        self.source_expr = SourceLoader(self.names, argnames, lines, prefix="___s")
+
+    def const_name(self, obj) -> str:
+        return self.names(obj)
+
+    def literal(self, value) -> str:
+        if value is None or type(value) in (bool, int, str):
+            return repr(value)
+        if type(value) is float and value == value and value not in (float("inf"), float("-inf")):
+            return repr(value)
+        return self.names(value)
+
+    def expr(self, value) -> str:
+        return value.reconstruct(self)
+
+    def graph_output(self, tv: TensorValue) -> str:
+        node = tv.node
+        if node.op == "placeholder" and tv.source is not None:
+            return self.source_expr(tv.source)
+        i = self._out_index.get(node)
+        if i is None:
+            i = len(self.graph_outputs)
+            self.graph_outputs.append(node)
+            self._out_index[node] = i
+        return f"___o[{i}]"
+
+
+def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
+    """A code object with ``code``'s signature, cells and free variables whose body is
+    ``return entry(<argument slots>)``."""
+    bc = Bytecode.from_code(code)
+    lineno = code.co_firstlineno
+    prefix = []
+    for item in bc:
+        if not isinstance(item, Instr):
+            continue
+        prefix.append(Instr(item.name, item.arg, lineno=lineno))
+        if item.name == "RESUME":
+            break
+    cells = set(code.co_cellvars)
+    names = compat.arg_slot_names(code)
+    body = list(prefix)
+    if compat.PY313:
+        body += [Instr("LOAD_CONST", entry, lineno=lineno), Instr("PUSH_NULL", lineno=lineno)]
+    else:
+        body += [Instr("PUSH_NULL", lineno=lineno), Instr("LOAD_CONST", entry, lineno=lineno)]
+    for name in names:
+        if name in cells:
+            body.append(Instr("LOAD_DEREF", CellVar(name), lineno=lineno))
+        else:
+            body.append(Instr("LOAD_FAST", name, lineno=lineno))
+    for name in code.co_freevars:
+        body.append(Instr("LOAD_CLOSURE", FreeVar(name), lineno=lineno))
+    nargs = len(names) + len(code.co_freevars)
+    if compat.PY311:
+        body.append(Instr("PRECALL", nargs, lineno=lineno))
+    body.append(Instr("CALL", nargs, lineno=lineno))
+    body.append(Instr("RETURN_VALUE", lineno=lineno))
+    bc.clear()
+    bc.extend(body)
+    return bc.to_code()
+
+
+def _identifier(name: str) -> str:
+    s = re.sub(r"\W+", "_", name).strip("_")
+    if not s or s[0].isdigit():
+        s = "t_" + s
+    return s

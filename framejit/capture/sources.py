@@ -1,0 +1,203 @@
+"""Sources: where a value captured from outside the frame came from.
+
+A source is a path from the frame's arguments or globals (``x``, ``self.layer.weight``,
+``CONFIG.scale``). It gives three things:
+
+* ``expr(names)``: a Python expression that reloads the value in generated guard and entry code,
+  using the fastest access that is still exact (``self._modules['layer']`` rather than the slow
+  ``nn.Module.__getattr__``);
+* ``name()``: the path in the user's terms, used in recompile reasons and dumps;
+* identity: two sources with the same ``key`` are the same path, so a value is wrapped, guarded
+  and loaded once.
+"""
+
+from __future__ import annotations
+
+
+class Source:
+    __slots__ = ("key",)
+
+    def expr(self, names: ConstNames) -> str:
+        raise NotImplementedError
+
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def __eq__(self, other):
+        return isinstance(other, Source) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name()}>"
+
+
+class ConstNames:
+    """Interns objects that generated code must reference (globals dicts, classes, guard values)
+    as module-level names of the generated source."""
+
+    def __init__(self, prefix: str = "___c"):
+        self.prefix = prefix
+        self.namespace: dict[str, object] = {}
+        self._by_id: dict[int, str] = {}
+
+    def __call__(self, obj: object) -> str:
+        name = self._by_id.get(id(obj))
+        if name is None:
+            name = f"{self.prefix}{len(self._by_id)}"
+            self._by_id[id(obj)] = name
+            self.namespace[name] = obj
+        return name
+
+
+class LocalSource(Source):
+    """An argument of the captured frame, by name."""
+
+    __slots__ = ("local",)
+
+    def __init__(self, local: str):
+        self.local = local
+        self.key = ("L", local)
+
+    def expr(self, names):
+        return self.local
+
+    def name(self):
+        return self.local
+
+
+class FreeVarSource(Source):
+    """A variable the compiled function itself closes over. Guards and the entry function get
+    the function's closure cells as extra arguments named ``___free_<var>``."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var: str):
+        self.var = var
+        self.key = ("F", var)
+
+    def expr(self, names):
+        return f"{free_param(self.var)}.cell_contents"
+
+    def name(self):
+        return self.var
+
+
+def free_param(var: str) -> str:
+    return f"___free_{var}"
+
+
+class GlobalSource(Source):
+    """A global of some module, read through that module's globals dict."""
+
+    __slots__ = ("globals_dict", "var")
+
+    def __init__(self, globals_dict: dict, var: str):
+        self.globals_dict = globals_dict
+        self.var = var
+        self.key = ("G", id(globals_dict), var)
+
+    def expr(self, names):
+        return f"{names(self.globals_dict)}[{self.var!r}]"
+
+    def name(self):
+        return self.var
+
+
+class AttrSource(Source):
+    __slots__ = ("base", "attr")
+
+    def __init__(self, base: Source, attr: str):
+        self.base = base
+        self.attr = attr
+        self.key = ("A", base.key, attr)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.{self.attr}"
+
+    def name(self):
+        return f"{self.base.name()}.{self.attr}"
+
+
+class ModuleMemberSource(Source):
+    """A parameter, buffer or submodule of an ``nn.Module``: read from the module's own dict
+    (``m._parameters['weight']``), which is exact and far cheaper than ``m.weight``."""
+
+    __slots__ = ("base", "attr", "table")
+
+    def __init__(self, base: Source, table: str, attr: str):
+        self.base = base
+        self.table = table  # "_parameters", "_buffers" or "_modules"
+        self.attr = attr
+        self.key = ("M", base.key, table, attr)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.{self.table}[{self.attr!r}]"
+
+    def name(self):
+        return f"{self.base.name()}.{self.attr}"
+
+
+class ItemSource(Source):
+    """``base[index]`` for a constant index or key."""
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: Source, index):
+        self.base = base
+        self.index = index
+        self.key = ("I", base.key, type(index).__name__, index)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}[{self.index!r}]"
+
+    def name(self):
+        return f"{self.base.name()}[{self.index!r}]"
+
+
+class ClosureCellSource(Source):
+    """The contents of cell ``index`` of a function's closure (a variable it closes over)."""
+
+    __slots__ = ("fn", "index", "var")
+
+    def __init__(self, fn: Source, index: int, var: str):
+        self.fn = fn
+        self.index = index
+        self.var = var
+        self.key = ("C", fn.key, index)
+
+    def expr(self, names):
+        return f"{self.fn.expr(names)}.__closure__[{self.index}].cell_contents"
+
+    def name(self):
+        return f"{self.var} (closed over by {self.fn.name()})"
+
+
+class SourceLoader:
+    """Renders sources for generated code, loading each shared prefix once into a temporary
+    (``___v3 = self._modules['h']``) so long module paths are walked once per call."""
+
+    def __init__(self, names: ConstNames, argnames, lines: list[str], prefix: str = "___v"):
+        self.names = names
+        self.argnames = set(argnames)
+        self.lines = lines
+        self.prefix = prefix
+        self.temps: dict = {}
+
+    def __call__(self, source: Source) -> str:
+        var = self.temps.get(source.key)
+        if var is not None:
+            return var
+        base = getattr(source, "base", None)
+        full = source.expr(self.names)
+        if base is None:
+            return full
+        base_expr = self(base)
+        prefix = base.expr(self.names)
+        assert full.startswith(prefix)
+        expr = base_expr + full[len(prefix):]
+        var = f"{self.prefix}{len(self.temps)}"
+        self.temps[source.key] = var
+        self.lines.append(f"{var} = {expr}")
+        return var

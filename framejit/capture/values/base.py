@@ -1,0 +1,202 @@
+"""The symbolic value every stack slot and local holds, and the simplest kinds.
+
+Behaviour lives here, on the value classes (``call``, ``getattr``, ``truthy``, ``iterate``,
+``getitem``, ``reconstruct``), so an opcode handler stays a few lines and a new kind of value does
+not touch every handler. Anything a kind does not support raises :class:`Unsupported` with the
+construct named as the user wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import Unsupported
+
+if TYPE_CHECKING:
+    from ..interpreter import Translator
+
+
+class Value:
+    """A value during capture. ``source`` is set when it came from outside the frame."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source=None):
+        self.source = source
+
+    # -- what it is ------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """The value in the user's terms, for messages."""
+        return f"a {self.python_type().__name__} value"
+
+    def python_type(self) -> type:
+        raise Unsupported(f"using {self.describe()} here")
+
+    def is_constant(self) -> bool:
+        return False
+
+    def as_constant(self):
+        raise Unsupported(
+            f"using {self.describe()} where a plain Python value is needed",
+            "make this value a Python constant, or compute it outside the compiled function",
+        )
+
+    # -- what it does ----------------------------------------------------------------------------
+    def getattr(self, tx: Translator, name: str) -> Value:
+        raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def setattr(self, tx: Translator, name: str, value: Value) -> None:
+        raise Unsupported(
+            f"assigning .{name} on {self.describe()}",
+            "attribute writes are not captured yet: move them outside the compiled function",
+        )
+
+    def call(self, tx: Translator, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        raise Unsupported(f"calling {self.describe()}")
+
+    def truthy(self, tx: Translator) -> bool:
+        raise Unsupported(f"using {self.describe()} as a condition")
+
+    def iterate(self, tx: Translator) -> list[Value]:
+        raise Unsupported(f"iterating over {self.describe()}")
+
+    def length(self, tx: Translator) -> int:
+        return len(self.iterate(tx))
+
+    def getitem(self, tx: Translator, key: Value) -> Value:
+        raise Unsupported(f"indexing {self.describe()}")
+
+    def setitem(self, tx: Translator, key: Value, value: Value) -> None:
+        raise Unsupported(
+            f"assigning an item of {self.describe()}",
+            "item assignment into objects from outside the function is not captured yet",
+        )
+
+    def reconstruct(self, cg) -> str:
+        """A Python expression that produces this value in the generated entry function."""
+        if self.source is not None:
+            return cg.source_expr(self.source)
+        raise Unsupported(f"returning {self.describe()} from the compiled function")
+
+
+class NullValue(Value):
+    """The NULL that CALL's calling convention pushes below a callable."""
+
+    __slots__ = ()
+
+    def describe(self):
+        return "NULL"
+
+
+NULL = NullValue()
+
+
+class ConstantValue(Value):
+    """A Python value known at capture time: numbers, strings, None, dtypes, devices, types,
+    tuples of constants, torch.Size, ranges, slices. Operations on constants fold."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def describe(self):
+        r = repr(self.value)
+        return r if len(r) < 40 else f"a {type(self.value).__name__}"
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.value
+
+    def truthy(self, tx):
+        return bool(self.value)
+
+    def iterate(self, tx):
+        try:
+            items = list(self.value)
+        except TypeError:
+            return super().iterate(tx)
+        return [const(x) for x in items]
+
+    def length(self, tx):
+        return len(self.value)
+
+    def getitem(self, tx, key):
+        from .builder import wrap_sourceless
+
+        k = key.as_constant()
+        try:
+            return wrap_sourceless(tx, self.value[k])
+        except (IndexError, KeyError, TypeError) as e:
+            raise Unsupported(f"{self.describe()}[{k!r}] raises {type(e).__name__}: {e}") from e
+
+    def getattr(self, tx, name):
+        from .builder import wrap_sourceless
+        from .functions import fold_call_allowed
+
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}") from e
+        if callable(attr):
+            if not fold_call_allowed(type(self.value), name):
+                raise Unsupported(f"calling {type(self.value).__name__}.{name}()")
+            return ConstantMethodValue(attr, f"{type(self.value).__name__}.{name}")
+        return wrap_sourceless(tx, attr)
+
+    def reconstruct(self, cg):
+        return cg.literal(self.value)
+
+
+class ConstantMethodValue(Value):
+    """A method of a constant of an immutable type (``"a,b".split``, ``x.shape.numel``): a call
+    with constant arguments folds to its result."""
+
+    __slots__ = ("method", "name")
+
+    def __init__(self, method, name: str):
+        super().__init__(None)
+        self.method = method
+        self.name = name
+
+    def describe(self):
+        return f"{self.name}()"
+
+    def call(self, tx, args, kwargs):
+        from .builder import wrap_sourceless
+
+        # as_constant() raises Unsupported for anything not known at capture time; lists of
+        # constants are fine here (the methods of immutable types do not mutate arguments).
+        a = [v.as_constant() for v in args]
+        k = {n: v.as_constant() for n, v in kwargs.items()}
+        try:
+            result = self.method(*a, **k)
+        except Exception as e:
+            raise Unsupported(f"{self.name}() raises {type(e).__name__}: {e}") from e
+        return wrap_sourceless(tx, result)
+
+
+def const(value) -> ConstantValue:
+    return ConstantValue(value)
+
+
+NONE = ConstantValue(None)
+
+
+class CellValue(Value):
+    """A cell created in the captured code (MAKE_CELL) holding a symbolic value."""
+
+    __slots__ = ("contents",)
+
+    def __init__(self, contents: Value | None = None):
+        super().__init__(None)
+        self.contents = contents
+
+    def describe(self):
+        return "a closure cell"

@@ -1,0 +1,175 @@
+"""Turning real Python objects into symbolic values.
+
+``wrap`` is for objects read from outside the frame through a source: it picks the kind of value
+and adds the guard that use of the value depends on. ``wrap_sourceless`` is for objects that need
+no guard (constants of the code, attributes of library modules, results folded at capture time).
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+import math
+import operator
+import os
+import sysconfig
+import types
+
+import torch
+from torch import nn
+
+from ...errors import Unsupported
+from .. import guards as G
+from ..sources import ItemSource, Source
+from .base import ConstantValue, Value
+from .containers import DictValue, ListValue, TupleValue
+from .functions import BuiltinValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
+from .modules import ModuleValue
+from .objects import ClassValue, PythonModuleValue, UserObjectValue
+
+_CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
+                   torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice)
+_BUILTIN_CALLABLES = {v for v in vars(builtins).values() if callable(v)}
+_MODULE_FUNCS = (math, operator)
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.realpath(p) for p in roots if p)
+
+
+_LIBRARY_ROOTS = _library_roots()
+
+
+def is_library_module(module: types.ModuleType) -> bool:
+    """Modules from the standard library or installed packages: their attributes are not guarded."""
+    f = getattr(module, "__file__", None)
+    if f is None:
+        return True
+    return os.path.realpath(f).startswith(_LIBRARY_ROOTS)
+
+
+def _is_constant(obj) -> bool:
+    if isinstance(obj, _CONSTANT_TYPES):
+        return True
+    if type(obj) is tuple:
+        return all(_is_constant(x) for x in obj)
+    return False
+
+
+def _compiled_function_type():
+    from ... import _C
+    return _C.CompiledFunction
+
+
+def wrap(tx, obj, source: Source) -> Value:
+    """A value for ``obj`` read from ``source``, with its guard. One value per source."""
+    cache = tx.output.source_values
+    v = cache.get(source.key)
+    if v is not None:
+        return v
+    v = _wrap(tx, obj, source)
+    cache[source.key] = v
+    return v
+
+
+def _wrap(tx, obj, source: Source) -> Value:
+    out = tx.output
+    if isinstance(obj, torch.Tensor):
+        return out.add_input(obj, source)
+    if isinstance(obj, nn.Module):
+        out.guards.add(G.IdGuard(source, obj))
+        return ModuleValue(obj, source)
+    if _is_constant(obj):
+        out.guards.add(G.EqualsGuard(source, obj))
+        return ConstantValue(obj, source)
+    t = type(obj)
+    if t in (tuple, list) or (isinstance(obj, tuple) and hasattr(t, "_fields")):
+        out.guards.add(G.LenGuard(source, t, len(obj)))
+        items = [wrap(tx, x, ItemSource(source, i)) for i, x in enumerate(obj)]
+        if t is list:
+            return ListValue(items, source)
+        return TupleValue(items, source, cls=None if t is tuple else t)
+    if t is dict:
+        keys = tuple(obj)
+        if not all(isinstance(k, (str, int)) for k in keys):
+            raise Unsupported(f"the dict {source.name()} has keys that are not strings or ints")
+        out.guards.add(G.DictKeysGuard(source, t, keys))
+        return DictValue({k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}, source)
+    if isinstance(obj, types.ModuleType):
+        out.guards.add(G.IdGuard(source, obj))
+        return PythonModuleValue(obj, source, trusted=is_library_module(obj))
+    if isinstance(obj, enum.Enum):
+        out.guards.add(G.IdGuard(source, obj))
+        return ConstantValue(obj, source)
+    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES):
+        out.guards.add(G.IdGuard(source, obj))
+        return ClassValue(obj, source)
+    if callable(obj):
+        out.guards.add(G.IdGuard(source, obj))
+        return _wrap_callable(tx, obj, source)
+    out.guards.add(G.TypeGuard(source, t))
+    return UserObjectValue(obj, source)
+
+
+def _wrap_callable(tx, obj, source) -> Value:
+    compiled = _compiled_function_type()
+    if isinstance(obj, compiled):
+        if obj.callback is None:
+            raise Unsupported(f"calling {getattr(obj, '__name__', 'a function')}(), which is marked framejit.disable",
+                              "disabled functions run as plain Python, outside any graph")
+        return wrap_sourceless(tx, obj.fn)
+    if is_torch_callable(obj) and not isinstance(obj, types.MethodType):
+        if isinstance(obj, type) and issubclass(obj, nn.Module):
+            return ClassValue(obj, source)
+        return TorchFunctionValue(obj, source)
+    if obj in _BUILTIN_CALLABLES or getattr(obj, "__module__", None) in ("math", "_operator", "operator"):
+        return BuiltinValue(obj, source)
+    if isinstance(obj, types.FunctionType):
+        return UserFunctionValue(obj, source)
+    if isinstance(obj, types.MethodType):
+        from .functions import MethodValue
+        self_value = wrap(tx, obj.__self__, _SelfSource(source)) if source is not None else wrap_sourceless(tx, obj.__self__)
+        return MethodValue(obj.__func__, self_value)
+    if isinstance(obj, functools.partial):
+        raise Unsupported("calling a functools.partial object", "support comes with issue #3")
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        raise Unsupported(f"calling the C function {getattr(obj, '__qualname__', obj)}()",
+                          "framejit cannot see inside C functions that are not torch operations")
+    if source is not None:
+        return UserObjectValue(obj, source)
+    raise Unsupported(f"calling {obj!r}")
+
+
+def _SelfSource(source):
+    from ..sources import AttrSource
+    return AttrSource(source, "__self__")
+
+
+def wrap_sourceless(tx, obj) -> Value:
+    """A value for an object that needs no guard."""
+    if isinstance(obj, torch.Tensor):
+        return tx.output.add_constant_tensor(obj)
+    if _is_constant(obj):
+        return ConstantValue(obj)
+    if isinstance(obj, nn.Module):
+        raise Unsupported(f"using the {type(obj).__name__} module {obj!r:.40}, which framejit cannot reach from an argument or global")
+    t = type(obj)
+    if t is tuple:
+        items = [wrap_sourceless(tx, x) for x in obj]
+        return TupleValue(items)
+    if t is list:
+        return ListValue([wrap_sourceless(tx, x) for x in obj])
+    if t is dict:
+        return DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()})
+    if isinstance(obj, types.ModuleType):
+        return PythonModuleValue(obj, None, trusted=True)
+    if isinstance(obj, enum.Enum):
+        return ConstantValue(obj)
+    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES):
+        return ClassValue(obj)
+    if callable(obj):
+        return _wrap_callable(tx, obj, None)
+    return UserObjectValue(obj, None)

@@ -1,0 +1,172 @@
+"""``nn.Module`` instances: parameters and buffers become graph inputs read from the module's own
+tables, submodules are guarded by identity, ``forward`` is inlined, and containers
+(``Sequential``, ``ModuleList``, ``ModuleDict``) iterate over their children."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import torch
+from torch import nn
+
+from ...errors import Unsupported
+from ..sources import AttrSource, ModuleMemberSource
+from .base import Value, const
+from .containers import ListValue, TupleValue
+
+_MISSING = object()
+
+
+def _has_hooks(mod: nn.Module) -> bool:
+    from torch.nn.modules import module as m
+
+    return bool(
+        mod._forward_hooks or mod._forward_pre_hooks or getattr(mod, "_backward_hooks", None)
+        or getattr(mod, "_backward_pre_hooks", None)
+        or m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+        or getattr(m, "_global_backward_pre_hooks", None)
+    )
+
+
+class ModuleValue(Value):
+    __slots__ = ("module",)
+
+    def __init__(self, module: nn.Module, source):
+        super().__init__(source)
+        self.module = module
+
+    def describe(self):
+        return f"the module {self.source.name()} ({type(self.module).__name__})"
+
+    def python_type(self):
+        return type(self.module)
+
+    def as_constant(self):
+        return self.module
+
+    def _member(self, tx, table: str, name: str):
+        from .builder import wrap
+
+        return wrap(tx, self.module.__dict__[table][name], ModuleMemberSource(self.source, table, name))
+
+    def getattr(self, tx, name):
+        from .builder import wrap, wrap_sourceless
+
+        mod = self.module
+        d = mod.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if name in d.get(table, ()):
+                return self._member(tx, table, name)
+        if name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name))
+        attr = inspect.getattr_static(type(mod), name, _MISSING)
+        if attr is _MISSING:
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        if isinstance(attr, types.FunctionType):
+            if is_builtin_container_method(mod, name):
+                return _ModuleHelperMethod(self, name)
+            from .functions import MethodValue
+            return MethodValue(attr, self)
+        if isinstance(attr, property):
+            return tx.inline_function(attr.fget, [self], {})
+        if isinstance(attr, staticmethod):
+            return wrap_sourceless(tx, attr.__func__)
+        if isinstance(attr, classmethod):
+            from .functions import MethodValue
+            return MethodValue(attr.__func__, const(type(mod)))
+        return wrap_sourceless(tx, getattr(mod, name))
+
+    def hasattr(self, tx, name):
+        return hasattr(self.module, name)
+
+    def call(self, tx, args, kwargs):
+        mod = self.module
+        if _has_hooks(mod):
+            raise Unsupported(f"calling {self.describe()}, which has hooks registered",
+                              "framejit does not run module hooks inside a graph yet; remove the hooks "
+                              "or compile the module's parts without them")
+        forward = mod.__dict__.get("forward")
+        if forward is not None:
+            from .builder import wrap
+            return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+        fn = type(mod).forward
+        if not isinstance(fn, types.FunctionType):
+            raise Unsupported(f"{self.describe()} has no Python forward()")
+        return tx.inline_function(fn, [self, *args], kwargs)
+
+    def _children(self, tx) -> list[Value]:
+        return [self._member(tx, "_modules", k) for k in self.module._modules]
+
+    def iterate(self, tx):
+        mod = self.module
+        if isinstance(mod, (nn.Sequential, nn.ModuleList)):
+            return self._children(tx)
+        if isinstance(mod, nn.ModuleDict):
+            return [const(k) for k in mod._modules]
+        if isinstance(mod, (nn.ParameterList,)):
+            return [self._member(tx, "_parameters", k) for k in mod._parameters]
+        raise Unsupported(f"iterating over {self.describe()}")
+
+    def length(self, tx):
+        return len(self.module)
+
+    def getitem(self, tx, key):
+        mod = self.module
+        k = key.as_constant()
+        if isinstance(mod, nn.ModuleDict):
+            return self._member(tx, "_modules", k)
+        if isinstance(mod, (nn.Sequential, nn.ModuleList)) and isinstance(k, int):
+            keys = list(mod._modules)
+            try:
+                return self._member(tx, "_modules", keys[k])
+            except IndexError as e:
+                raise Unsupported(f"{self.describe()}[{k}] is out of range") from e
+        if isinstance(mod, nn.ModuleList) and isinstance(k, slice):
+            return ListValue(self._children(tx)[k])
+        if isinstance(mod, nn.ParameterList) and isinstance(k, int):
+            return self._member(tx, "_parameters", list(mod._parameters)[k])
+        raise Unsupported(f"indexing {self.describe()} with {key.describe()}")
+
+    def call_named(self, tx, name: str):
+        """``children()``, ``named_children()``, ``modules()``-style helpers used in forwards."""
+        mod = self.module
+        if name == "children":
+            return ListValue(self._children(tx))
+        if name == "named_children":
+            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+        if name in ("keys",) and isinstance(mod, nn.ModuleDict):
+            return ListValue([const(k) for k in mod._modules])
+        if name in ("values",) and isinstance(mod, nn.ModuleDict):
+            return ListValue(self._children(tx))
+        if name in ("items",) and isinstance(mod, nn.ModuleDict):
+            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+        return None
+
+
+_CONTAINER_METHODS = {"children", "named_children", "keys", "values", "items"}
+
+
+def is_builtin_container_method(mod: nn.Module, name: str) -> bool:
+    fn = inspect.getattr_static(type(mod), name, None)
+    return name in _CONTAINER_METHODS and getattr(fn, "__module__", "").startswith("torch.nn")
+
+
+class _ModuleHelperMethod(Value):
+    __slots__ = ("mod", "name")
+
+    def __init__(self, mod: ModuleValue, name: str):
+        super().__init__(None)
+        self.mod = mod
+        self.name = name
+
+    def describe(self):
+        return f"{self.mod.describe()}.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"calling {self.describe()}() with arguments")
+        return self.mod.call_named(tx, self.name)
+
+
+__all__ = ["ModuleValue", "torch"]

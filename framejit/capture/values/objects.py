@@ -1,0 +1,158 @@
+"""Python objects that are not tensors, modules or containers: user class instances (config
+objects, dataclasses), Python modules (``torch``, ``math``, a user's ``config`` module), and
+classes."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+from ...errors import Unsupported
+from ..sources import AttrSource
+from .base import Value, const
+
+_MISSING = object()
+#: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
+#: (SimpleNamespace re-exports the generic one under its own slot wrapper).
+_GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
+
+
+class UserObjectValue(Value):
+    """An instance of a user class, guarded by its type; attributes read through its source."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj, source):
+        super().__init__(source)
+        self.obj = obj
+
+    def describe(self):
+        where = f" {self.source.name()}" if self.source is not None else ""
+        return f"the {type(self.obj).__name__} object{where}"
+
+    def python_type(self):
+        return type(self.obj)
+
+    def as_constant(self):
+        return self.obj
+
+    def getattr(self, tx, name):
+        from .builder import wrap, wrap_sourceless
+        from .functions import MethodValue
+
+        obj = self.obj
+        cls = type(obj)
+        if cls.__getattribute__ not in _GENERIC_GETATTRIBUTE:
+            raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
+        static = inspect.getattr_static(cls, name, _MISSING)
+        if isinstance(static, property):
+            return tx.inline_function(static.fget, [self], {})
+        d = getattr(obj, "__dict__", None)
+        if d is not None and name in d and not _is_data_descriptor(static):
+            return wrap(tx, d[name], AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, d[name])
+        if static is _MISSING:
+            if getattr(cls, "__getattr__", None) is not None:
+                raise Unsupported(f"reading .{name} of {self.describe()}, whose class defines __getattr__")
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        if isinstance(static, types.FunctionType):
+            return MethodValue(static, self)
+        if isinstance(static, staticmethod):
+            return wrap_sourceless(tx, static.__func__)
+        if isinstance(static, classmethod):
+            return MethodValue(static.__func__, const(cls))
+        if self.source is not None:
+            return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
+        return wrap_sourceless(tx, getattr(obj, name))
+
+    def hasattr(self, tx, name):
+        return hasattr(self.obj, name)
+
+    def call(self, tx, args, kwargs):
+        call = inspect.getattr_static(type(self.obj), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            return tx.inline_function(call, [self, *args], kwargs)
+        return super().call(tx, args, kwargs)
+
+
+def _is_data_descriptor(attr) -> bool:
+    return attr is not _MISSING and hasattr(type(attr), "__set__")
+
+
+class PythonModuleValue(Value):
+    """A Python module. Attributes of library modules (torch, math, ...) are taken as fixed;
+    attributes of the user's own modules are guarded like globals."""
+
+    __slots__ = ("module", "trusted")
+
+    def __init__(self, module: types.ModuleType, source, trusted: bool):
+        super().__init__(source)
+        self.module = module
+        self.trusted = trusted
+
+    def describe(self):
+        return f"the module {self.module.__name__}"
+
+    def python_type(self):
+        return types.ModuleType
+
+    def as_constant(self):
+        return self.module
+
+    def getattr(self, tx, name):
+        from .builder import wrap, wrap_sourceless
+
+        try:
+            attr = getattr(self.module, name)
+        except AttributeError as e:
+            raise Unsupported(f"module {self.module.__name__} has no attribute {name!r}") from e
+        if self.trusted or self.source is None:
+            return wrap_sourceless(tx, attr)
+        return wrap(tx, attr, AttrSource(self.source, name))
+
+    def hasattr(self, tx, name):
+        return hasattr(self.module, name)
+
+
+class ClassValue(Value):
+    """A user class: usable in ``isinstance``, attribute reads and method lookups."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls: type, source=None):
+        super().__init__(source)
+        self.cls = cls
+
+    def describe(self):
+        return f"the class {self.cls.__qualname__}"
+
+    def python_type(self):
+        return type(self.cls)
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.cls
+
+    def getattr(self, tx, name):
+        from .builder import wrap, wrap_sourceless
+        from .functions import MethodValue
+
+        static = inspect.getattr_static(self.cls, name, _MISSING)
+        if static is _MISSING:
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        if isinstance(static, classmethod):
+            return MethodValue(static.__func__, self)
+        if isinstance(static, staticmethod):
+            return wrap_sourceless(tx, static.__func__)
+        value = getattr(self.cls, name)
+        if self.source is not None and not callable(value):
+            return wrap(tx, value, AttrSource(self.source, name))
+        return wrap_sourceless(tx, value)
+
+    def call(self, tx, args, kwargs):
+        raise Unsupported(f"creating a {self.cls.__name__} object inside the compiled function",
+                          "create it outside and pass it in, or wait for object support (issue #3)")
+
+    def reconstruct(self, cg):
+        return cg.const_name(self.cls)

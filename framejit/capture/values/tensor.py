@@ -1,0 +1,421 @@
+"""Tensors during capture: each is a node of the graph with an example value on the meta device.
+
+Every torch operation is recorded as a graph node and run once on meta tensors, which gives the
+result's shape, dtype and strides without touching data. The meta device forgets the real device,
+so each node also records ``meta["device"]``, inferred from its inputs and device arguments.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ...errors import Unsupported
+from .base import ConstantValue, Value, const
+
+# Tensor attributes that are plain Python facts about a tensor of known metadata.
+_META_ATTRS = frozenset({
+    "shape", "dtype", "ndim", "requires_grad", "layout", "is_sparse", "is_quantized", "is_nested",
+    "is_mkldnn",
+})
+_DEVICE_ATTRS = {
+    "is_cuda": lambda d: d.type == "cuda",
+    "is_cpu": lambda d: d.type == "cpu",
+    "is_mps": lambda d: d.type == "mps",
+    "is_xpu": lambda d: d.type == "xpu",
+    "is_meta": lambda d: d.type == "meta",
+}
+# Tensor attributes that are new tensors (views), recorded as ``getattr(x, name)`` nodes.
+_TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
+# Methods whose result depends only on metadata: folded to constants.
+_META_METHODS = frozenset({
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
+    "is_floating_point", "is_complex", "is_signed", "storage_offset",
+})
+# Methods that read a tensor's data into Python: cannot be in a graph.
+_DATA_METHODS = {
+    "item": "x.item()",
+    "tolist": "x.tolist()",
+    "numpy": "x.numpy()",
+    "__bool__": "bool(x)",
+    "__int__": "int(x)",
+    "__float__": "float(x)",
+    "__index__": "using a tensor as an index",
+    "data_ptr": "x.data_ptr()",
+    "backward": "x.backward()",
+    "register_hook": "x.register_hook()",
+    "retain_grad": "x.retain_grad()",
+}
+_DATA_HINT = (
+    "a tensor's values are only known when the graph runs; keep the computation in tensors "
+    "(e.g. torch.where instead of an if), or move this line outside the compiled function"
+)
+
+
+class TensorValue(Value):
+    """A tensor: a graph node (placeholder for inputs) with ``meta["val"]`` and ``meta["device"]``."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node, source=None):
+        super().__init__(source)
+        self.node = node
+
+    @property
+    def example(self) -> torch.Tensor:
+        return self.node.meta["val"]
+
+    @property
+    def device(self) -> torch.device:
+        return self.node.meta["device"]
+
+    def describe(self):
+        if self.source is not None:
+            return f"the tensor {self.source.name()}"
+        return "a tensor"
+
+    def python_type(self):
+        return self.node.meta.get("type", torch.Tensor)
+
+    def getattr(self, tx, name):
+        if name in _META_ATTRS:
+            return const(getattr(self.example, name))
+        if name == "device":
+            return const(self.device)
+        if name == "is_leaf":
+            if self.node.op == "placeholder":
+                return const(self.node.meta.get("is_leaf", True))
+            return const(not self.example.requires_grad)
+        if name in _DEVICE_ATTRS:
+            return const(_DEVICE_ATTRS[name](self.device))
+        if name in _TENSOR_ATTRS:
+            return graph_call(tx, "call_function", getattr, [self, const(name)], {})
+        if name == "grad":
+            raise Unsupported(f"reading {self.describe()}.grad", "read gradients outside the compiled function")
+        if name in _DATA_METHODS:
+            raise Unsupported(_DATA_METHODS[name].replace("x.", self._short() + "."), _DATA_HINT)
+        if callable(getattr(torch.Tensor, name, None)):
+            return TensorMethodValue(self, name)
+        raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def _short(self) -> str:
+        return self.source.name() if self.source is not None else "tensor"
+
+    def truthy(self, tx):
+        raise Unsupported(f"using {self.describe()} as a Python bool (`if tensor:`, `and`/`or`, bool())", _DATA_HINT)
+
+    def iterate(self, tx):
+        if self.example.dim() == 0:
+            raise Unsupported("iterating over a 0-d tensor")
+        return graph_call(tx, "call_method", "unbind", [self], {}).iterate(tx)
+
+    def length(self, tx):
+        if self.example.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor")
+        return self.example.shape[0]
+
+    def getitem(self, tx, key):
+        return graph_call(tx, "call_function", operator.getitem, [self, key], {})
+
+    def setitem(self, tx, key, value):
+        graph_call(tx, "call_function", operator.setitem, [self, key, value], {}, impure=True)
+
+    def reconstruct(self, cg):
+        return cg.graph_output(self)
+
+
+class TensorMethodValue(Value):
+    """``x.method`` before it is called."""
+
+    __slots__ = ("tensor", "name")
+
+    def __init__(self, tensor: TensorValue, name: str):
+        super().__init__(None)
+        self.tensor = tensor
+        self.name = name
+
+    def describe(self):
+        return f"{self.tensor._short()}.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        name = self.name
+        if name in _META_METHODS:
+            example = self.tensor.example
+            return const(getattr(example, name)(*[a.as_constant() for a in args],
+                                                **{k: v.as_constant() for k, v in kwargs.items()}))
+        if name == "get_device":
+            d = self.tensor.device
+            return const(d.index if d.type != "cpu" else -1)
+        if name == "type" and not args and not kwargs:
+            return const(self.tensor.example.type().replace("torch.", "torch." + _type_prefix(self.tensor.device)))
+        if name in _DATA_METHODS:
+            raise Unsupported(_DATA_METHODS[name].replace("x.", self.tensor._short() + "."), _DATA_HINT)
+        return graph_call(tx, "call_method", name, [self.tensor, *args], kwargs)
+
+
+def _type_prefix(device: torch.device) -> str:
+    return "cuda." if device.type == "cuda" else ""
+
+
+# -- recording operations --------------------------------------------------------------------------
+
+def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False) -> Value:
+    """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result."""
+    from .containers import DictValue, ListValue, TupleValue
+
+    def to_meta(v):
+        if isinstance(v, TensorValue):
+            return v.example
+        if isinstance(v, (TupleValue, ListValue)):
+            seq = [to_meta(x) for x in v.items]
+            return tuple(seq) if isinstance(v, TupleValue) else seq
+        if isinstance(v, DictValue):
+            return {k: to_meta(x) for k, x in v.items.items()}
+        if isinstance(v, ConstantValue):
+            return v.value
+        return _meta_of_other(v)
+
+    def to_arg(v):
+        if isinstance(v, TensorValue):
+            return v.node
+        if isinstance(v, (TupleValue, ListValue)):
+            seq = [to_arg(x) for x in v.items]
+            return tuple(seq) if isinstance(v, TupleValue) else seq
+        if isinstance(v, DictValue):
+            return {k: to_arg(x) for k, x in v.items.items()}
+        if isinstance(v, ConstantValue):
+            return v.value
+        return _meta_of_other(v)
+
+    devices: list[torch.device] = []
+
+    def collect(v):
+        if isinstance(v, TensorValue):
+            devices.append(v.device)
+        elif isinstance(v, (TupleValue, ListValue)):
+            for x in v.items:
+                collect(x)
+        elif isinstance(v, DictValue):
+            for x in v.items.values():
+                collect(x)
+
+    for a in args:
+        collect(a)
+    for a in kwargs.values():
+        collect(a)
+
+    meta_args = [to_meta(a) for a in args]
+    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    device = _infer_device(kind, target, meta_args, meta_kwargs, devices)
+    if "device" in meta_kwargs and not devices:
+        meta_kwargs["device"] = "meta"  # a factory function: build its example on meta
+    inplace = impure or _is_inplace(kind, target, kwargs)
+    try:
+        result = _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=not inplace)
+    except Unsupported:
+        raise
+    except Exception as e:
+        raise Unsupported(
+            f"{_readable(kind, target)} failed while framejit ran it on example inputs "
+            f"({type(e).__name__}: {_first_line(e)})",
+            "this usually means the call also fails in plain PyTorch; run the function without "
+            "framejit to see the error",
+        ) from e
+
+    graph = tx.output.graph
+    node_args = tuple(to_arg(a) for a in args)
+    node_kwargs = {k: to_arg(v) for k, v in kwargs.items()}
+    if kind == "call_method":
+        node = graph.call_method(target, node_args, node_kwargs)
+    else:
+        node = graph.call_function(target, node_args, node_kwargs)
+    if inplace:
+        node.meta["impure"] = True
+    node.meta["val"] = result
+    node.meta["device"] = device
+    node.meta["stack"] = tx.user_stack()
+    return wrap_op_result(tx, node, result, device)
+
+
+# -- meta execution, memoised ---------------------------------------------------------------------
+#
+# Many of torch's meta kernels are Python reference implementations costing 10-500 µs per call,
+# which dominates capture time. A meta kernel sees only metadata, so its result is a function of
+# the inputs' metadata, the constant arguments and grad mode: results are memoised on exactly
+# that, and in-place ops (which may change their input's metadata) always run.
+
+_meta_memo: dict = {}
+_MEMO_LIMIT = 50_000
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _signature(v):
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, v.requires_grad)
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_signature(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple((k, _signature(x)) for k, x in v.items()))
+    try:
+        hash(v)
+    except TypeError:
+        raise _Uncacheable from None
+    return (type(v), v)
+
+
+def _template(r):
+    if isinstance(r, torch.Tensor):
+        return ("T", tuple(r.shape), tuple(r.stride()), r.dtype, r.requires_grad)
+    if isinstance(r, (tuple, list)):
+        return (type(r), tuple(_template(x) for x in r))
+    if r is None or isinstance(r, (bool, int, float, torch.dtype, torch.Size)):
+        return ("C", r)
+    raise _Uncacheable
+
+
+def _rebuild(t):
+    tag = t[0]
+    if tag == "T":
+        _, shape, stride, dtype, requires_grad = t
+        m = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return m.requires_grad_(True) if requires_grad else m
+    if tag == "C":
+        return t[1]
+    items = [_rebuild(x) for x in t[1]]
+    if tag is list:
+        return items
+    if tag is tuple:
+        return tuple(items)
+    return tag(items)  # torch.return_types structseqs take one sequence
+
+
+def _run_on_meta(kind, target, args, kwargs, cacheable: bool):
+    key = None
+    if cacheable:
+        try:
+            key = (kind, target, _signature(args), _signature(kwargs), torch.is_grad_enabled())
+            hit = _meta_memo.get(key)
+        except _Uncacheable:
+            key = hit = None
+        if hit is not None:
+            return _rebuild(hit)
+    if kind == "call_method":
+        result = getattr(args[0], target)(*args[1:], **kwargs)
+    else:
+        result = target(*args, **kwargs)
+    if key is not None:
+        try:
+            if len(_meta_memo) >= _MEMO_LIMIT:
+                _meta_memo.clear()
+            _meta_memo[key] = _template(result)
+        except _Uncacheable:
+            pass
+    return result
+
+
+def clear_meta_memo() -> None:
+    _meta_memo.clear()
+
+
+def wrap_op_result(tx, node, result, device) -> Value:
+    from .containers import ListValue, TupleValue
+
+    if isinstance(result, torch.Tensor):
+        return TensorValue(node)
+    if isinstance(result, (tuple, list)):
+        graph = tx.output.graph
+        items: list[Value] = []
+        for i, r in enumerate(result):
+            if isinstance(r, torch.Tensor):
+                item = graph.call_function(operator.getitem, (node, i))
+                item.meta["val"] = r
+                item.meta["device"] = device
+                items.append(TensorValue(item))
+            elif isinstance(r, (tuple, list)):
+                item = graph.call_function(operator.getitem, (node, i))
+                item.meta["val"] = r
+                item.meta["device"] = device
+                items.append(wrap_op_result(tx, item, r, device))
+            else:
+                items.append(const(r))
+        fields = getattr(type(result), "_fields", None) or getattr(type(result), "__match_args__", None)
+        if isinstance(result, list):
+            return ListValue(items)
+        return TupleValue(items, names=tuple(fields) if fields else None)
+    if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.Size)):
+        # An op run for its effect (in-place) or a metadata query; the node stays if impure.
+        return const(result)
+    raise Unsupported(f"{_readable(node.op, node.target)} returned a {type(result).__name__}, which framejit cannot track")
+
+
+def _meta_of_other(v: Value):
+    raise Unsupported(f"passing {v.describe()} to a torch function")
+
+
+def _is_inplace(kind, target, kwargs) -> bool:
+    if "out" in kwargs:
+        return True
+    if kind == "call_method":
+        return target.endswith("_") and not target.endswith("__")
+    if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                  operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+                  operator.ixor, operator.ilshift, operator.irshift, operator.imatmul):
+        return True
+    kw_inplace = kwargs.get("inplace")
+    if kw_inplace is not None and kw_inplace.is_constant() and kw_inplace.as_constant():
+        return True
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _infer_device(kind, target, args, kwargs, devices) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is not None:
+        return torch.device(dev)
+    if kind == "call_method":
+        if target in ("to", "cuda", "cpu"):
+            if target == "cuda":
+                return torch.device("cuda", args[1] if len(args) > 1 and isinstance(args[1], int) else None)
+            if target == "cpu":
+                return torch.device("cpu")
+            for a in args[1:]:
+                if isinstance(a, (str, torch.device)):
+                    return torch.device(a)
+    if devices:
+        for d in devices:
+            if d.type != "cpu":
+                return d
+        return devices[0]
+    return torch.get_default_device()
+
+
+def _readable(kind, target) -> str:
+    if kind == "call_method":
+        return f"tensor.{target}()"
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    if mod.startswith("torch"):
+        if mod == "torch.nn.functional":
+            return f"torch.nn.functional.{name}()"
+        if mod.startswith("torch._C") or mod == "torch":
+            return f"torch.{name}()"
+        return f"{mod}.{name}()"
+    if mod in ("_operator", "operator"):
+        return f"operator.{name}"
+    return f"{name}()"
+
+
+def _first_line(e: Exception) -> str:
+    s = str(e).strip().splitlines()
+    return s[0] if s else ""
+
+
+def meta_from_real(t: torch.Tensor) -> torch.Tensor:
+    m = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+    if t.requires_grad:
+        m.requires_grad_(True)
+    return m

@@ -1,0 +1,39 @@
+"""framejit's graph IR: nodes, graphs, generated Python, meta propagation, torch.fx export.
+
+Example::
+
+    from framejit.fx_ir import Graph, GraphModule
+
+    g = Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(torch.relu, (x,)))
+    gm = GraphModule({}, g)
+    gm(torch.randn(3))
+
+This package imports nothing else from framejit.
+"""
+
+from .codegen import PythonCode
+from .graph import NO_DEFAULT, Graph
+from .graph_module import GraphModule
+from .lint import GraphLintError
+from .meta import MetaPropagationError, describe, propagate_meta, to_meta
+from .node import OPS, Node, map_aggregate, map_arg
+from .to_torch import to_torch_fx
+
+__all__ = [
+    "NO_DEFAULT",
+    "OPS",
+    "Graph",
+    "GraphLintError",
+    "GraphModule",
+    "MetaPropagationError",
+    "Node",
+    "PythonCode",
+    "describe",
+    "map_aggregate",
+    "map_arg",
+    "propagate_meta",
+    "to_meta",
+    "to_torch_fx",
+]

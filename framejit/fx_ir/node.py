@@ -1,0 +1,379 @@
+"""One operation of a graph.
+
+A ``Node`` records *what* to compute (``op``, ``target``, ``args``, ``kwargs``) and keeps the
+def-use edges of the graph up to date: every node listed anywhere inside ``args``/``kwargs`` has
+this node in its ``users``. The graph owns the order of nodes (a doubly linked list through
+``_prev``/``_next``), so inserting or erasing a node is O(1) and iteration survives erasing the
+node being visited.
+
+Example::
+
+    g = Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.relu, (x,))
+    assert list(x.users) == [y] and y.all_input_nodes == [x]
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+# The six operations of torch.fx, with the same meaning:
+#   placeholder    a function input; target is its name, args is () or (default,)
+#   get_attr       loads a qualified attribute ("linear.weight") of the owning module
+#   call_function  target(*args, **kwargs) for a Python callable
+#   call_method    getattr(args[0], target)(*args[1:], **kwargs), target a method name
+#   call_module    the submodule at qualified name target, called with args/kwargs
+#   output         args[0] is the (nested) value the graph returns
+OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+
+# Functions that have an effect beyond their result. operator's in-place forms mutate tensors
+# (``a += b`` on a tensor becomes operator.iadd); setitem/delitem mutate their container.
+_SIDE_EFFECT_FUNCTIONS: frozenset[Any] = frozenset(
+    {
+        operator.setitem,
+        operator.delitem,
+        operator.iadd,
+        operator.isub,
+        operator.imul,
+        operator.itruediv,
+        operator.ifloordiv,
+        operator.imod,
+        operator.ipow,
+        operator.imatmul,
+        operator.iand,
+        operator.ior,
+        operator.ixor,
+        operator.ilshift,
+        operator.irshift,
+        torch.Tensor.__setitem__,
+        torch.Tensor.__delitem__,
+        torch._assert,
+        torch.manual_seed,
+        torch.seed,
+        torch.set_rng_state,
+    }
+)
+
+# Random functions draw from the global generator: removing an unused one would shift every
+# later random number, so the compiled program would no longer match eager mode bit for bit.
+_RANDOM_FUNCTIONS: frozenset[Any] = frozenset(
+    {
+        torch.rand,
+        torch.randn,
+        torch.randint,
+        torch.rand_like,
+        torch.randn_like,
+        torch.randint_like,
+        torch.randperm,
+        torch.bernoulli,
+        torch.multinomial,
+        torch.normal,
+        torch.poisson,
+        torch.dropout,
+        torch.feature_dropout,
+        torch.alpha_dropout,
+        torch.feature_alpha_dropout,
+        torch.nn.functional.dropout,
+        torch.nn.functional.dropout1d,
+        torch.nn.functional.dropout2d,
+        torch.nn.functional.dropout3d,
+        torch.nn.functional.alpha_dropout,
+        torch.nn.functional.feature_alpha_dropout,
+        torch.nn.functional.rrelu,
+    }
+)
+
+# Tensor methods that mutate or draw random numbers although their name has no trailing "_".
+_SIDE_EFFECT_METHODS = frozenset(
+    {"__setitem__", "__delitem__", "bernoulli", "multinomial", "record_stream"}
+    | {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")}
+    | {f"__i{op}__" for op in ("matmul", "and", "or", "xor", "lshift", "rshift")}
+)
+
+
+def _is_inplace_name(name: str) -> bool:
+    """``add_``, ``copy_``, ``relu_`` mutate their first argument; dunders such as ``__add__`` do
+    not."""
+    return name.endswith("_") and not name.endswith("__")
+
+
+class Node:
+    """A single operation in a :class:`~framejit.fx_ir.Graph`.
+
+    Create nodes through the graph (``graph.call_function(...)``), never directly: the graph
+    assigns the unique name and links the node into its order.
+
+    Attributes:
+        graph:  the owning graph.
+        name:   unique, a valid Python identifier; also the variable in generated code.
+        op:     one of :data:`OPS`.
+        target: the callable (call_function), method name (call_method), qualified attribute
+                name (get_attr, call_module), input name (placeholder) or "output".
+        users:  the nodes that use this one, in the order they started to (dict used as an
+                ordered set; values are always None).
+        meta:   free-form facts about the node; passes store results here, e.g. ``meta["val"]``
+                is an example value (usually a meta tensor) and ``meta["impure"]`` overrides
+                :meth:`is_impure`.
+    """
+
+    __slots__ = (
+        "graph",
+        "name",
+        "op",
+        "target",
+        "_args",
+        "_kwargs",
+        "_input_nodes",
+        "users",
+        "meta",
+        "_prev",
+        "_next",
+        "_erased",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        op: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        if op not in OPS:
+            raise ValueError(f"unknown node op {op!r}; expected one of {', '.join(OPS)}")
+        if op in ("call_method", "get_attr", "call_module") and not isinstance(target, str):
+            raise TypeError(f"{op} node {name!r} needs a str target, got {target!r}")
+        if op == "call_function" and not callable(target):
+            raise TypeError(f"call_function node {name!r} needs a callable target, got {target!r}")
+        self.graph = graph
+        self.name = name
+        self.op = op
+        self.target = target
+        self.users: dict[Node, None] = {}
+        self.meta: dict[str, Any] = {}
+        self._args: tuple[Any, ...] = ()
+        self._kwargs: dict[str, Any] = {}
+        self._input_nodes: dict[Node, None] = {}
+        # A node points at itself until the graph links it in.
+        self._prev: Node = self
+        self._next: Node = self
+        self._erased = False
+        self._set_args_kwargs(tuple(args), dict(kwargs))
+
+    # ----------------------------------------------------------------------------------------
+    # args / kwargs: every assignment goes through _set_args_kwargs so `users` stays right.
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """Positional arguments; Nodes may be nested in tuples, lists, dicts and slices.
+
+        Assign a new tuple to change them (``node.args = (a, 1)``); mutating a list inside
+        ``args`` in place bypasses the bookkeeping of ``users`` (``graph.lint()`` reports it).
+        """
+        return self._args
+
+    @args.setter
+    def args(self, value: tuple[Any, ...]) -> None:
+        self._set_args_kwargs(tuple(value), self._kwargs)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments; same rules as :attr:`args`."""
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, value: dict[str, Any]) -> None:
+        self._set_args_kwargs(self._args, dict(value))
+
+    def update_arg(self, index: int, value: Any) -> None:
+        """Replace positional argument ``index``."""
+        args = list(self._args)
+        args[index] = value
+        self.args = tuple(args)
+
+    def update_kwarg(self, key: str, value: Any) -> None:
+        """Set keyword argument ``key``."""
+        self.kwargs = {**self._kwargs, key: value}
+
+    def _set_args_kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        new_inputs: dict[Node, None] = {}
+
+        def collect(n: Node) -> Node:
+            if n.graph is not self.graph:
+                raise ValueError(
+                    f"node {self.name!r} cannot use {n.name!r}: it belongs to another graph. "
+                    f"Copy it into this graph first (graph.node_copy) and use the copy."
+                )
+            if n._erased:
+                raise ValueError(
+                    f"node {self.name!r} cannot use {n.name!r}: that node was erased from "
+                    f"the graph."
+                )
+            new_inputs[n] = None
+            return n
+
+        map_arg(args, collect)
+        map_arg(kwargs, collect)
+        for old in self._input_nodes:
+            if old not in new_inputs:
+                old.users.pop(self, None)
+        for new in new_inputs:
+            new.users.setdefault(self, None)
+        self._args = args
+        self._kwargs = kwargs
+        self._input_nodes = new_inputs
+
+    @property
+    def all_input_nodes(self) -> list[Node]:
+        """Every distinct node used by ``args`` and ``kwargs``, in order of first appearance."""
+        return list(self._input_nodes)
+
+    # ----------------------------------------------------------------------------------------
+    # rewriting uses
+
+    def replace_all_uses_with(
+        self,
+        replace_with: Node,
+        delete_user_cb: Callable[[Node], bool] | None = None,
+    ) -> list[Node]:
+        """Make every user of this node use ``replace_with`` instead; returns those users.
+
+        ``replace_with`` itself is skipped when it is a user (the common ``y = f(x);
+        x.replace_all_uses_with(y)`` would otherwise make ``y`` use itself).
+        ``delete_user_cb(user)`` returning False keeps that user unchanged.
+        """
+        changed = []
+        for user in list(self.users):
+            if user is replace_with:
+                continue
+            if delete_user_cb is not None and not delete_user_cb(user):
+                continue
+            user.replace_input_with(self, replace_with)
+            changed.append(user)
+        return changed
+
+    def replace_input_with(self, old: Node, new: Any) -> None:
+        """Replace every occurrence of node ``old`` in this node's args and kwargs by ``new``."""
+
+        def swap(n: Node) -> Any:
+            return new if n is old else n
+
+        self._set_args_kwargs(map_arg(self._args, swap), map_arg(self._kwargs, swap))
+
+    # ----------------------------------------------------------------------------------------
+    # position in the graph
+
+    @property
+    def next(self) -> Node:
+        """The following node (the graph's sentinel after the last node)."""
+        return self._next
+
+    @property
+    def prev(self) -> Node:
+        """The preceding node (the graph's sentinel before the first node)."""
+        return self._prev
+
+    def prepend(self, other: Node) -> None:
+        """Move ``other`` to just before this node."""
+        if other is self:
+            return
+        other._unlink()
+        p = self._prev
+        p._next, other._prev, other._next, self._prev = other, p, self, other
+
+    def append(self, other: Node) -> None:
+        """Move ``other`` to just after this node."""
+        self._next.prepend(other)
+
+    def _unlink(self) -> None:
+        # The node keeps its own _prev/_next, so an iterator standing on it can still step on.
+        p, n = self._prev, self._next
+        p._next, n._prev = n, p
+
+    # ----------------------------------------------------------------------------------------
+    # facts
+
+    def is_impure(self) -> bool:
+        """Whether removing this node (when nothing uses it) would change the program.
+
+        True for placeholders and the output (they make up the function's signature), for
+        modules (they may update buffers, e.g. BatchNorm's running stats), for in-place and
+        otherwise side-effecting calls (a name ending in a single ``_`` such as ``add_``,
+        setitem, ``a += b``, an ``out=`` argument), and for random ops (dropping one would change
+        later random numbers). ``meta["impure"]`` set to True or False overrides the rules.
+        """
+        if "impure" in self.meta:
+            return bool(self.meta["impure"])
+        if self.op in ("placeholder", "output", "call_module"):
+            return True
+        if self.op not in ("call_function", "call_method"):
+            return False
+        if "out" in self._kwargs:
+            return True
+        if self.op == "call_method":
+            return _is_inplace_name(self.target) or self.target in _SIDE_EFFECT_METHODS
+        try:
+            if self.target in _SIDE_EFFECT_FUNCTIONS or self.target in _RANDOM_FUNCTIONS:
+                return True
+        except TypeError:  # an unhashable callable is simply not in the tables
+            pass
+        name = getattr(self.target, "__name__", "")
+        return isinstance(name, str) and _is_inplace_name(name)
+
+    def format(self) -> str:
+        """This node as one line of ``str(graph)``, e.g. ``%add : f32[4] = operator.add(%x, 1)``."""
+        from .printing import format_node
+
+        return format_node(self)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# --------------------------------------------------------------------------------------------
+# walking nested arguments
+
+
+def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every leaf of ``a``, rebuilding tuples, lists, dicts and slices.
+
+    A container whose leaves all map to themselves is returned as is, so constants such as
+    ``torch.Size`` or named tuples keep their type.
+    """
+    kind = type(a)
+    if kind is tuple or isinstance(a, tuple):
+        items = [map_aggregate(x, fn) for x in a]
+        if all(x is y for x, y in zip(items, a)):
+            return a
+        if kind is tuple:
+            return tuple(items)
+        if hasattr(a, "_fields"):  # a named tuple takes its fields positionally
+            return kind(*items)
+        try:
+            return kind(items)
+        except TypeError:  # e.g. torch.Size cannot hold a Node: fall back to a plain tuple
+            return tuple(items)
+    if kind is list or isinstance(a, list):
+        return [map_aggregate(x, fn) for x in a]
+    if kind is dict or isinstance(a, dict):
+        return {k: map_aggregate(v, fn) for k, v in a.items()}
+    if kind is slice:
+        start, stop, step = (map_aggregate(x, fn) for x in (a.start, a.stop, a.step))
+        if start is a.start and stop is a.stop and step is a.step:
+            return a
+        return slice(start, stop, step)
+    return fn(a)
+
+
+def map_arg(a: Any, fn: Callable[[Node], Any]) -> Any:
+    """Apply ``fn`` to every Node inside ``a``; other leaves are kept."""
+    return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)

@@ -1,0 +1,285 @@
+"""Constructs that cannot be put in a graph: the frame runs as plain Python with the same results
+and the reason recorded, or, with ``fullgraph=True``, a GraphBreakError that names the construct,
+the user's file:line and source line, and a fix. Also exceptions, generators and recursion."""
+
+import copy
+import inspect
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import framejit
+from framejit import _C
+from framejit.testing import assert_close_to_eager
+
+THIS_FILE = os.path.realpath(__file__)
+
+
+def line_of(fn, marker="# <- break"):
+    """The line number of the line of ``fn`` holding ``marker``."""
+    lines, start = inspect.getsourcelines(fn)
+    for i, text in enumerate(lines):
+        if marker in text:
+            return start + i
+    raise AssertionError(f"no {marker!r} in {fn.__name__}")
+
+
+# -- the constructs ---------------------------------------------------------------------------------
+
+def with_print(x):
+    y = x * 2
+    print("y is ready")  # <- break
+    return y + 1
+
+
+def with_tensor_if(x):
+    if x.sum() > 0:  # <- break
+        return x * 2
+    return x - 1
+
+
+def with_item(x):
+    scale = x.item()  # <- break
+    return x * scale
+
+
+def with_tolist(x):
+    values = x.tolist()  # <- break
+    return torch.tensor(values) * 2
+
+
+def with_no_grad(x, w):
+    with torch.no_grad():  # <- break
+        y = x @ w
+    return y + 1
+
+
+@framejit.disable
+def disabled_helper(t):
+    return t * 3
+
+
+def with_disabled_call(x):
+    y = x + 1
+    return disabled_helper(y)  # <- break
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.count = self.count + 1  # <- break
+        return self.fc(x)
+
+
+def counter_forward(module, x):
+    return module(x)
+
+
+# (name, function, make_args, words of the construct in the message)
+FALLBACKS = [
+    ("print", with_print, lambda: (torch.randn(3, 4),), "print()"),
+    ("tensor_if", with_tensor_if, lambda: (torch.randn(3, 4),), "if tensor:"),
+    ("item", with_item, lambda: (torch.randn(()),), "x.item()"),
+    ("tolist", with_tolist, lambda: (torch.randn(3),), "x.tolist()"),
+    ("no_grad", with_no_grad, lambda: (torch.randn(3, 4), torch.randn(4, 2)), "with torch.no_grad()"),
+    ("disabled_call", with_disabled_call, lambda: (torch.randn(3, 4),), "framejit.disable"),
+    ("attribute_assignment", Counter.forward, lambda: (Counter(), torch.randn(2, 4)), "assigning .count"),
+]
+_ids = [case[0] for case in FALLBACKS]
+
+
+@pytest.mark.parametrize("name, fn, make_args, construct", FALLBACKS, ids=_ids)
+def test_falls_back_to_plain_python(stats, capsys, name, fn, make_args, construct):
+    args = make_args()
+    eager_args = copy.deepcopy(args)
+    expected = fn(*eager_args)
+    eager_out = capsys.readouterr().out
+
+    compiled = framejit.compile(fn)
+    actual = compiled(*args)
+    assert_close_to_eager(actual, expected)
+    assert_close_to_eager(list(args), list(eager_args))  # same mutations (e.g. self.count)
+    assert capsys.readouterr().out == eager_out  # print() really ran, once
+    assert stats.eager_frames == 1
+    # (Frames that the fallback runs, e.g. a module's forward compiled elsewhere, may be captured
+    # on their own; the frame itself has no entry.)
+    assert _C.get_cache_entries(fn.__code__) == []
+    ((where, message),) = stats.fallback_reasons
+    assert fn.__name__ in where
+    assert construct in message
+    assert f"{THIS_FILE}:{line_of(fn)}" in message
+
+    # The decision sticks: the next call runs as plain Python without trying again.
+    assert_close_to_eager(compiled(*copy.deepcopy(args)), fn(*copy.deepcopy(args)))
+    assert stats.eager_frames == 1 and len(stats.fallback_reasons) == 1
+    assert _C.get_cache_entries(fn.__code__) == []
+
+
+@pytest.mark.parametrize("name, fn, make_args, construct", FALLBACKS, ids=_ids)
+def test_fullgraph_raises_graph_break_error(stats, name, fn, make_args, construct):
+    compiled = framejit.compile(fn, fullgraph=True)
+    with pytest.raises(framejit.GraphBreakError) as info:
+        compiled(*make_args())
+    message = str(info.value)
+    assert construct in message
+    assert f"{THIS_FILE}:{line_of(fn)}" in message
+    # The source line itself is quoted.
+    source_line = inspect.getsourcelines(fn)[0][line_of(fn) - inspect.getsourcelines(fn)[1]]
+    assert source_line.split("# <- break")[0].strip() in message
+    assert "fix" in message
+    assert fn.__name__ in message
+    # No internal class names leak into the message.
+    for internal in ("TensorValue", "ConstantValue", "ModuleValue", "Unsupported"):
+        assert internal not in message
+
+
+def reads_item(t):
+    return t.item()  # <- break
+
+
+def calls_reads_item(x):
+    return reads_item(x * 2) + 1  # <- call site
+
+
+def test_fullgraph_error_names_inlined_call_site():
+    with pytest.raises(framejit.GraphBreakError) as info:
+        framejit.compile(calls_reads_item, fullgraph=True)(torch.randn(()))
+    message = str(info.value)
+    assert f"{THIS_FILE}:{line_of(reads_item)}" in message
+    assert f"called from {THIS_FILE}:{line_of(calls_reads_item, '# <- call site')}" in message
+
+
+def test_module_attribute_assignment_falls_back_on_compiled_module(stats):
+    model = Counter()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        assert_close_to_eager(compiled(x), reference(x))
+    assert model.count == 3 == reference.count
+    assert stats.eager_frames == 1
+    assert "assigning .count" in stats.fallback_reasons[0][1]
+
+
+# -- exceptions -------------------------------------------------------------------------------------
+
+def _raised(fn, *args):
+    with pytest.raises(Exception) as info:
+        fn(*args)
+    return info.value
+
+
+def gather(x, idx):
+    return x[idx] * 2
+
+
+def test_runtime_error_in_captured_graph_propagates_like_eager(stats):
+    compiled = framejit.compile(gather)
+    x = torch.randn(5, 3)
+    good = torch.tensor([0, 4, 2])
+    assert_close_to_eager(compiled(x, good), gather(x, good))
+    assert stats.captured == 1
+
+    bad = torch.tensor([0, 7, 2])  # same kind of tensor: the cached graph runs, and raises
+    expected = _raised(gather, x, bad)
+    actual = _raised(compiled, x, bad)
+    assert type(actual) is type(expected)
+    assert str(actual) == str(expected)
+    assert stats.captured == 1 and stats.eager_frames == 0
+
+
+def matmul_then_relu(a, b):
+    return torch.relu(a @ b)
+
+
+def test_shape_mismatch_after_capture_propagates_like_eager(stats):
+    compiled = framejit.compile(matmul_then_relu)
+    compiled(torch.randn(2, 3), torch.randn(3, 4))
+    assert stats.captured == 1
+    a, b = torch.randn(2, 3), torch.randn(5, 4)
+    expected = _raised(matmul_then_relu, a, b)
+    actual = _raised(compiled, a, b)
+    assert type(actual) is type(expected)
+    assert str(actual) == str(expected)
+
+
+def check_positive(x):
+    if (x < 0).any():
+        raise ValueError(f"negative input of shape {tuple(x.shape)}")
+    return x.sqrt()
+
+
+def test_exception_in_fallback_frame_propagates_like_eager(stats):
+    compiled = framejit.compile(check_positive)
+    x = torch.tensor([1.0, -2.0])
+    expected = _raised(check_positive, x)
+    actual = _raised(compiled, x)
+    assert type(actual) is ValueError and str(actual) == str(expected)
+    assert stats.eager_frames == 1
+    y = torch.tensor([4.0, 9.0])
+    assert_close_to_eager(compiled(y), check_positive(y))
+
+
+def raise_on_flag(x, fail):
+    y = x + 1
+    if fail:
+        raise KeyError("asked to fail")
+    return y
+
+
+def test_raise_statement_in_compiled_function(stats):
+    compiled = framejit.compile(raise_on_flag)
+    x = torch.randn(3)
+    assert_close_to_eager(compiled(x, False), raise_on_flag(x, False))
+    expected = _raised(raise_on_flag, x, True)
+    actual = _raised(compiled, x, True)
+    assert type(actual) is KeyError and str(actual) == str(expected)
+    # A fresh call of the good kind still hits the captured entry.
+    assert_close_to_eager(compiled(x, False), raise_on_flag(x, False))
+    assert stats.captured == 1
+
+
+# -- generators and recursion -----------------------------------------------------------------------
+
+def powers(x, n):
+    for i in range(n):
+        yield x ** i
+
+
+def test_compiled_generator_runs_eagerly(stats):
+    compiled = framejit.compile(powers)
+    x = torch.randn(3)
+    actual = list(compiled(x, 4))
+    assert_close_to_eager(actual, list(powers(x, 4)))
+    assert stats.captured == 0 and stats.graphs == 0
+
+
+@framejit.compile
+def compiled_factorial(x, n):
+    if n <= 1:
+        return x
+    return compiled_factorial(x, n - 1) * n
+
+
+def eager_factorial(x, n):
+    return x if n <= 1 else eager_factorial(x, n - 1) * n
+
+
+def test_recursion_of_compiled_function(stats):
+    x = torch.randn(3)
+    assert_close_to_eager(compiled_factorial(x, 5), eager_factorial(x, 5))
+    assert stats.eager_frames == 0
+    assert stats.captured == 1 and stats.graphs == 1
+
+
+def test_deep_recursion_of_compiled_function_falls_back(stats):
+    x = torch.randn(3)
+    assert_close_to_eager(compiled_factorial(x, 100), eager_factorial(x, 100))
+    assert stats.eager_frames >= 1
+    assert any("nested" in message for _, message in stats.fallback_reasons)

@@ -1,0 +1,402 @@
+"""Guards and recompiles: what makes a cache entry unusable, what the recompile log says, the
+recompile limit, cache separation between wrappers, and reset()."""
+
+import dataclasses
+import logging
+import types
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import framejit
+from framejit import _C
+from framejit.capture.guards import TensorGuard
+from framejit.capture.sources import LocalSource
+from framejit.testing import RecordingBackend, assert_close_to_eager
+
+SCALE = 2.0
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: float = 0.5
+    mode: str = "tanh"
+
+
+SETTINGS = Settings()
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def configured(x):
+    y = x * SETTINGS.scale
+    return torch.tanh(y) if SETTINGS.mode == "tanh" else y
+
+
+def double(x):
+    return x * 2 + 1
+
+
+class TrainAware(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.training:
+            return h * 0.5
+        return h
+
+
+def where(fn) -> str:
+    code = fn.__code__
+    return f"{code.co_qualname} at {code.co_filename}:{code.co_firstlineno}"
+
+
+def recompile_messages(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "framejit.recompiles"]
+
+
+@pytest.fixture
+def log(caplog):
+    caplog.set_level(logging.INFO, logger="framejit.recompiles")
+    return caplog
+
+
+def assert_recompiled_once(stats, backend, log, fn, reason):
+    assert stats.recompiles == 1
+    assert stats.captured == 2
+    assert backend.graph_count == 2
+    assert stats.recompile_reasons == [(where(fn), reason)]
+    assert recompile_messages(log) == [f"Recompiling {where(fn)}: {reason}"]
+
+
+# -- one change, one recompile, with the reason -----------------------------------------------------
+
+TENSOR_CHANGES = [
+    ("dtype", lambda: torch.randn(4, 3), lambda: torch.randn(4, 3, dtype=torch.float64),
+     "x.dtype: torch.float32 → torch.float64"),
+    ("shape", lambda: torch.randn(4, 3), lambda: torch.randn(5, 3), "x.shape[0]: 4 → 5"),
+    ("ndim", lambda: torch.randn(4, 3), lambda: torch.randn(4, 3, 1), "x.ndim: 2 → 3 (shape [4, 3] → [4, 3, 1])"),
+    ("requires_grad", lambda: torch.randn(4, 3), lambda: torch.randn(4, 3, requires_grad=True),
+     "x.requires_grad: False → True"),
+    ("stride", lambda: torch.randn(3, 3), lambda: torch.randn(3, 3).t(),
+     "x.stride(): (3, 1) → (1, 3) (a differently laid out tensor, e.g. a transposed view)"),
+]
+
+
+@pytest.mark.parametrize("name, first, second, reason", TENSOR_CHANGES, ids=[c[0] for c in TENSOR_CHANGES])
+def test_tensor_change_recompiles_once_with_reason(stats, log, name, first, second, reason):
+    backend = RecordingBackend()
+    compiled = framejit.compile(double, backend=backend)
+    a = first()
+    assert_close_to_eager(compiled(a), double(a))
+    a2 = first()
+    assert_close_to_eager(compiled(a2), double(a2))  # same kind: no recompile
+    assert stats.recompiles == 0 and backend.graph_count == 1
+
+    b = second()
+    assert_close_to_eager(compiled(b), double(b))
+    assert_recompiled_once(stats, backend, log, double, reason)
+
+    # Both kinds now hit their own entry: nothing new is captured.
+    a3, b3 = first(), second()
+    assert_close_to_eager(compiled(a3), double(a3))
+    assert_close_to_eager(compiled(b3), double(b3))
+    assert stats.captured == 2 and backend.graph_count == 2
+    assert len(_C.get_cache_entries(double.__code__)) == 2
+
+
+def test_global_constant_change_recompiles(stats, log):
+    global SCALE
+    backend = RecordingBackend()
+    compiled = framejit.compile(scaled, backend=backend)
+    x = torch.randn(3)
+    try:
+        assert_close_to_eager(compiled(x), x * 2.0)
+        SCALE = 3.0
+        assert_close_to_eager(compiled(x), x * 3.0)
+        assert_recompiled_once(stats, backend, log, scaled, "SCALE: 2.0 → 3.0")
+        SCALE = 2.0
+        assert_close_to_eager(compiled(x), x * 2.0)  # back to the first entry
+        assert stats.captured == 2
+    finally:
+        SCALE = 2.0
+
+
+def test_config_attribute_change_recompiles(stats, log):
+    backend = RecordingBackend()
+    compiled = framejit.compile(configured, backend=backend)
+    x = torch.randn(3)
+    try:
+        assert_close_to_eager(compiled(x), configured(x))
+        SETTINGS.scale = 4.0
+        assert_close_to_eager(compiled(x), configured(x))
+        assert_recompiled_once(stats, backend, log, configured, "SETTINGS.scale: 0.5 → 4.0")
+        SETTINGS.mode = "linear"
+        assert_close_to_eager(compiled(x), configured(x))  # the branch changes too
+        # Each entry's reason is given: the first fails on scale and mode, the second on mode.
+        assert stats.recompile_reasons[-1] == (
+            where(configured), "SETTINGS.scale: 0.5 → 4.0; SETTINGS.mode: 'tanh' → 'linear'")
+        assert stats.captured == 3
+    finally:
+        SETTINGS.scale, SETTINGS.mode = 0.5, "tanh"
+
+
+def test_config_object_replaced_recompiles(stats, log):
+    global SETTINGS
+    compiled = framejit.compile(configured)
+    x = torch.randn(3)
+    original = SETTINGS
+    try:
+        compiled(x)
+        SETTINGS = types.SimpleNamespace(scale=0.5, mode="tanh")
+        assert_close_to_eager(compiled(x), configured(x))
+        assert stats.recompiles == 1
+        assert stats.recompile_reasons[0][1] == "type(SETTINGS): Settings → SimpleNamespace"
+    finally:
+        SETTINGS = original
+
+
+def test_train_eval_change_recompiles(stats, log):
+    backend = RecordingBackend()
+    model = TrainAware()
+    compiled = framejit.compile(model, backend=backend)
+    x = torch.randn(2, 4)
+    assert_close_to_eager(compiled(x), model(x))
+    model.eval()
+    assert_close_to_eager(compiled(x), model(x))
+    forward = TrainAware.forward
+    assert_recompiled_once(stats, backend, log, forward, "self.training: True → False")
+    model.train()
+    compiled(x)
+    assert stats.captured == 2  # the train-mode entry is reused
+
+
+def test_grad_mode_change_recompiles(stats, log):
+    backend = RecordingBackend()
+    compiled = framejit.compile(double, backend=backend)
+    x = torch.randn(3, requires_grad=True)
+    out = compiled(x)
+    assert out.requires_grad
+    with torch.no_grad():
+        out = compiled(x)
+    assert not out.requires_grad
+    assert_recompiled_once(stats, backend, log, double, "torch.is_grad_enabled(): True → False")
+    compiled(x)
+    with torch.no_grad():
+        compiled(x)
+    assert stats.captured == 2
+
+
+def test_new_module_instance_recompiles_but_same_instance_does_not(stats):
+    def apply(layer, x):
+        return F.relu(layer(x))
+
+    compiled = framejit.compile(apply)
+    first, second = nn.Linear(4, 4), nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    compiled(first, x)
+    compiled(first, torch.randn(2, 4))
+    assert stats.captured == 1
+    assert_close_to_eager(compiled(second, x), apply(second, x))
+    assert stats.recompiles == 1
+    assert stats.recompile_reasons[0][1].startswith("layer: a different object")
+
+
+def test_parameter_values_are_not_baked_in(stats):
+    model = nn.Linear(3, 3)
+    compiled = framejit.compile(model)
+    x = torch.randn(2, 3)
+    compiled(x)
+    with torch.no_grad():
+        model.weight.mul_(2)
+    assert_close_to_eager(compiled(x), model(x))
+    assert stats.captured == 1
+
+
+def make_scaler(scale):
+    def scaled_by(x):
+        return x * scale
+    return scaled_by
+
+
+def test_closures_of_one_code_object_keep_their_own_values(stats):
+    # Two closures share one code object (and its cache): the cell contents must be guarded.
+    by3, by4 = make_scaler(3.0), make_scaler(4.0)
+    c3, c4 = framejit.compile(by3), framejit.compile(by4)
+    x = torch.randn(4)
+    assert_close_to_eager(c3(x), x * 3.0)
+    assert_close_to_eager(c4(x), x * 4.0)
+    assert_close_to_eager(c3(x), x * 3.0)
+    assert stats.eager_frames == 0
+    assert stats.captured == 2
+
+
+def make_counter_scaled():
+    scale = 1.0
+
+    def scaled_by(x):
+        return x * scale
+
+    def set_scale(value):
+        nonlocal scale
+        scale = value
+
+    return scaled_by, set_scale
+
+
+def test_closure_variable_change_recompiles(stats):
+    fn, set_scale = make_counter_scaled()
+    compiled = framejit.compile(fn)
+    x = torch.randn(4)
+    assert_close_to_eager(compiled(x), x * 1.0)
+    set_scale(5.0)
+    assert_close_to_eager(compiled(x), x * 5.0)
+    assert stats.recompiles == 1
+    assert "scale" in stats.recompile_reasons[0][1] and "1.0 → 5.0" in stats.recompile_reasons[0][1]
+
+
+def test_failure_reason_from_the_guard_set():
+    compiled = framejit.compile(double)
+    compiled(torch.randn(4, 3))
+    ((guard_fn, _, _, info),) = _C.get_cache_entries(double.__code__)
+    assert info.guards.failure_reason({"x": torch.randn(4, 3)}) is None
+    assert info.guards.failure_reason({"x": torch.randn(4, 2)}) == "x.shape[1]: 3 → 2"
+    assert info.guards.failure_reason({"x": 1.0}) == "type(x): Tensor → float"
+    assert guard_fn(torch.randn(4, 3)) is True
+    assert guard_fn(torch.randn(4, 2)) is False
+    assert "x.shape != (4, 3)" in info.guard_fn.__framejit_source__
+
+
+# -- devices ----------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_device_change_recompiles(stats, log):
+    backend = RecordingBackend()
+    compiled = framejit.compile(double, backend=backend)
+    x = torch.randn(3)
+    compiled(x)
+    y = x.cuda()
+    assert_close_to_eager(compiled(y), double(y))
+    assert_recompiled_once(stats, backend, log, double, "x.device: cpu → cuda:0")
+
+
+def test_device_guard_without_a_second_device():
+    """This machine may have no second device, so the device guard is checked on its own: a guard
+    recorded for a tensor on ``cuda:0`` (its recorded device swapped in; nothing runs on CUDA or
+    meta) must reject a CPU tensor, in generated code and in the reason."""
+    x = torch.randn(3)
+    guard = TensorGuard(LocalSource("x"), x)
+    assert guard.reason(torch.randn(3)) is None
+    guard.device = torch.device("cuda", 0)
+    assert guard.reason(torch.randn(3)) == "x.device: cuda:0 → cpu"
+
+    namespace = {}
+
+    def names(obj):
+        name = f"___n{len(namespace)}"
+        namespace[name] = obj
+        return name
+
+    (line,) = guard.code("x", names)
+    src = "def check(x):\n    " + line + "\n    return True\n"
+    exec(src, namespace)
+    assert namespace["check"](torch.randn(3)) is False
+    guard.device = torch.device("cpu")
+    (line,) = guard.code("x", names)
+    exec("def check(x):\n    " + line + "\n    return True\n", namespace)
+    assert namespace["check"](torch.randn(3)) is True
+
+
+# -- the recompile limit ----------------------------------------------------------------------------
+
+def test_recompile_limit_falls_back_with_one_warning(stats, log):
+    backend = RecordingBackend()
+    compiled = framejit.compile(double, backend=backend, options={"recompile_limit": 3})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 7):
+            x = torch.randn(n)
+            assert_close_to_eager(compiled(x), double(x))
+        for n in (1, 2, 3):  # the cached kinds still run their graphs
+            x = torch.randn(n)
+            assert_close_to_eager(compiled(x), double(x))
+    limit_warnings = [w for w in caught if "recompile_limit" in str(w.message)]
+    assert len(limit_warnings) == 1
+    assert issubclass(limit_warnings[0].category, UserWarning)
+    assert "recompile_limit=3" in str(limit_warnings[0].message)
+    assert backend.graph_count == 3
+    assert stats.captured == 3 and stats.recompiles == 2
+    assert stats.eager_frames == 3  # n = 4, 5, 6
+    assert len(_C.get_cache_entries(double.__code__)) == 3
+    assert all("recompile limit" in message for _, message in stats.fallback_reasons)
+
+
+def test_default_recompile_limit_is_eight(stats):
+    compiled = framejit.compile(double)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 11):
+            x = torch.randn(n)
+            assert_close_to_eager(compiled(x), double(x))
+    assert stats.captured == 8
+    assert stats.eager_frames == 2
+    assert len([w for w in caught if "recompile_limit=8" in str(w.message)]) == 1
+
+
+# -- cache ownership and reset ----------------------------------------------------------------------
+
+def test_two_wrappers_with_different_backends_keep_separate_caches(stats):
+    first, second = RecordingBackend(), RecordingBackend()
+    a = framejit.compile(double, backend=first)
+    b = framejit.compile(double, backend=second)
+    x = torch.randn(3)
+    a(x)
+    b(x)
+    a(torch.randn(3))
+    b(torch.randn(3))
+    assert first.graph_count == 1 and second.graph_count == 1
+    entries = _C.get_cache_entries(double.__code__)
+    assert len(entries) == 2
+    assert entries[0][2] is not entries[1][2]  # different owners
+    assert stats.captured == 2 and stats.recompiles == 0  # a miss for another wrapper is no recompile
+
+
+def test_reset_forces_recapture(stats):
+    backend = RecordingBackend()
+    compiled = framejit.compile(double, backend=backend)
+    x = torch.randn(3)
+    compiled(x)
+    assert backend.graph_count == 1
+    framejit.reset()
+    assert stats.captured == 0  # the statistics start again
+    assert _C.get_cache_entries(double.__code__) == []
+    assert_close_to_eager(compiled(x), double(x))
+    assert backend.graph_count == 2
+    assert stats.captured == 1 and stats.recompiles == 0
+
+
+def test_reset_retries_a_function_that_fell_back(stats):
+    calls = []
+
+    def sometimes_prints(x, verbose):
+        if verbose:
+            calls.append("printed")
+            print("hello")
+        return x + 1
+
+    compiled = framejit.compile(sometimes_prints)
+    compiled(torch.randn(2), True)
+    assert stats.eager_frames == 1
+    compiled(torch.randn(2), False)  # the code was marked "run as Python": no new attempt
+    assert stats.captured == 0
+    framejit.reset()
+    compiled(torch.randn(2), False)
+    assert stats.captured == 1
