@@ -31,8 +31,8 @@ class Options:
     dynamic: bool | None = None
     #: Inline depth limit for nested Python calls.
     max_inline_depth: int = 64
-    #: Skip the fast pass-through of torch's own files (debugging framejit itself).
-    trace_torch_internals: bool = False
+    #: Check every captured graph with Graph.lint() before it is compiled (on in the test suite).
+    lint: bool = False
 
 
 _KNOWN = {f.name for f in dataclasses.fields(Options)}
@@ -42,6 +42,7 @@ def make_options(*, fullgraph: bool, dynamic, overrides: dict | None) -> Options
     values = {
         "recompile_limit": _env_int("RECOMPILE_LIMIT", Options.recompile_limit),
         "dump_dir": _env_str("DUMP", None),
+        "lint": _env_int("LINT", 0) == 1,
         "fullgraph": fullgraph,
         "dynamic": dynamic,
     }

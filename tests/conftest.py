@@ -1,7 +1,12 @@
 """Shared by every test folder, including tests/hook, which must run without torch: nothing here
 imports torch at module level."""
 
+import os
+
 import pytest
+
+# Every graph captured during the tests is checked with Graph.lint() before it is compiled.
+os.environ.setdefault("FRAMEJIT_LINT", "1")
 
 
 def pytest_runtest_setup(item):

@@ -71,9 +71,12 @@ class CompileContext:
 
 @dataclass
 class CacheEntryInfo:
-    """Everything known about one cache entry (kept in the entry tuple for explain and dumps)."""
+    """Everything known about one cache entry (kept in the entry tuple for explain and dumps).
 
-    code: types.CodeType
+    The original code object is held weakly: the entry lives in that code's co_extra, which the
+    garbage collector cannot see, so a strong reference would keep both alive forever."""
+
+    code_ref: weakref.ref
     guards: object
     guard_fn: object
     entry_source: str
@@ -212,10 +215,11 @@ def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
     if gm is not None:
         stats.graphs += 1
         stats.ops += sum(1 for node in gm.graph.nodes if node.op.startswith("call"))
-    info = CacheEntryInfo(code, output.guards, guard_fn, entry_src, gm, compiled, trampoline, seconds)
+    info = CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
+                          trampoline, seconds)
     if ctx.options.dump_dir:
         from ..debug.dump import dump_entry
-        dump_entry(ctx.options.dump_dir, info, label)
+        dump_entry(ctx.options.dump_dir, code, info, label)
     return info
 
 

@@ -174,6 +174,37 @@ class DictKeysGuard(Guard):
         return None
 
 
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _global_hook_tables():
+    from torch.nn.modules import module as m
+
+    return tuple(getattr(m, n) for n in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                         "_global_backward_hooks", "_global_backward_pre_hooks")
+                 if hasattr(m, n))
+
+
+class NoHooksGuard(Guard):
+    """A module whose forward was inlined has no hooks (hooks of inlined modules would not run),
+    and no global module hooks exist."""
+
+    order = 15
+
+    def __init__(self, source: Source):
+        self.source = source
+
+    def code(self, v, names):
+        tables = " or ".join(f"{v}.{t}" for t in _HOOK_TABLES)
+        return [f"if {tables}: return False"]
+
+    def reason(self, value):
+        for t in _HOOK_TABLES:
+            if getattr(value, t, None):
+                return f"{self.source.name()} has {t.strip('_').replace('_', ' ')} now"
+        return None
+
+
 class TensorGuard(Guard):
     """Type, dtype, device, shape, strides and requires_grad of a tensor."""
 
@@ -224,7 +255,14 @@ class GuardSet:
     guards: list[Guard] = field(default_factory=list)
     global_state: tuple = field(default_factory=_global_state)
 
+    #: Set once a module's forward is inlined: global module hooks must then stay absent.
+    check_global_hooks: bool = False
+
     def add(self, guard: Guard) -> None:
+        if isinstance(guard, NoHooksGuard):
+            if any(isinstance(g, NoHooksGuard) and g.source == guard.source for g in self.guards):
+                return
+            self.check_global_hooks = True
         self.guards.append(guard)
 
     def __len__(self):
@@ -245,6 +283,9 @@ class GuardSet:
         )
         if any_autocast:
             lines.append(f"if {names(_autocast_detail)}() != {names(autocast)}: return False")
+        if self.check_global_hooks:
+            tables = " or ".join(names(t) for t in _global_hook_tables())
+            lines.append(f"if {tables}: return False")
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
             lines.extend(guard.code(value_of(guard.source), names))
         body = "\n        ".join(lines)
@@ -278,6 +319,8 @@ class GuardSet:
             for name, old, new in zip(_GLOBAL_STATE_NAMES, self.global_state, now):
                 if old != new:
                     return f"{name}: {old} → {new}"
+        if self.check_global_hooks and any(_global_hook_tables()):
+            return "a global module hook is registered now (register_module_forward_hook ...)"
         names = ConstNames("___g")
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
             try:

@@ -90,6 +90,8 @@ class OutputGraph:
             graph.output(tuple(cg.graph_outputs))
             graph.eliminate_dead_code()
             self._prune_unused_inputs()
+            if self.options.lint:
+                graph.lint()
             gm = GraphModule(self.constants, graph)
             example_inputs = [t for _, t, _ in self.inputs]
             compiled = _compile_with_backend(backend, gm, example_inputs)

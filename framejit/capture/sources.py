@@ -136,7 +136,9 @@ class ModuleMemberSource(Source):
         return f"{self.base.expr(names)}.{self.table}[{self.attr!r}]"
 
     def name(self):
-        return f"{self.base.name()}.{self.attr}"
+        if self.attr.isidentifier():
+            return f"{self.base.name()}.{self.attr}"
+        return f"{self.base.name()}[{self.attr}]"  # Sequential / ModuleList children
 
 
 class ItemSource(Source):

@@ -30,16 +30,16 @@ def _dis(code) -> str:
     return buf.getvalue()
 
 
-def dump_entry(dump_dir: str, info, label: str) -> str:
-    base = _folder(dump_dir, info.code)
+def dump_entry(dump_dir: str, code, info, label: str) -> str:
+    base = _folder(dump_dir, code)
     os.makedirs(base, exist_ok=True)
     n = sum(1 for d in os.listdir(base) if d.isdigit())
     folder = os.path.join(base, str(n))
     os.makedirs(folder, exist_ok=True)
     files = {
-        "original_bytecode.txt": f"# {label}\n{_dis(info.code)}",
+        "original_bytecode.txt": f"# {label}\n{_dis(code)}",
         "rewritten_bytecode.txt": _dis(info.trampoline),
-        "entry.py": f"# The rewritten {info.code.co_name}(): the trampoline calls this.\n"
+        "entry.py": f"# The rewritten {code.co_name}(): the trampoline calls this.\n"
                     f"# ___kN names are constants (the compiled graph, globals dicts).\n"
                     f"{info.entry_source}",
         "guards.py": f"# Checked before every call; the entry runs only when this returns True.\n"

@@ -5,6 +5,7 @@ import asyncio
 import functools
 import gc
 import inspect
+import os
 import sys
 import threading
 import weakref
@@ -390,7 +391,8 @@ def test_coexists_with_another_frame_hook(C, hook, tmp_path):
     import importlib.util
     import shutil
 
-    copy = tmp_path / ("other" + C.__file__[C.__file__.index(".") :])
+    filename = os.path.basename(C.__file__)  # _C.cpython-3XX-...so; the folders may hold dots
+    copy = tmp_path / ("other" + filename[filename.index(".") :])
     shutil.copy(C.__file__, copy)
     spec = importlib.util.spec_from_file_location("other_hook._C", copy)
     other = importlib.util.module_from_spec(spec)

@@ -205,7 +205,7 @@ class TorchFunctionValue(Value):
         all_args = list(args) + list(kwargs.values())
         if _has_tensor(all_args) or getattr(fn, "__name__", "") in _FACTORY_NAMES:
             return graph_call(tx, "call_function", fn, list(args), dict(kwargs))
-        if inspect.isfunction(fn) and all(v.is_constant() for v in all_args):
+        if inspect.isfunction(fn) and _foldable_module(fn) and all(v.is_constant() for v in all_args):
             # A pure Python helper of torch (mask canonicalisation, argument checks): fold it.
             a, k = _constants(args, kwargs)
             result = fn(*a, **k)
@@ -225,6 +225,21 @@ class TorchFunctionValue(Value):
 
     def reconstruct(self, cg):
         return cg.const_name(self.fn)
+
+
+# Python helpers in these torch modules are pure (argument checks, mask canonicalisation,
+# fast-path queries), so calls with constant arguments fold. Elsewhere in torch a Python function
+# with no tensor arguments may have effects (torch.cuda.set_device, torch.cuda.synchronize):
+# those are not folded.
+_FOLDABLE_MODULES = ("torch.nn.functional", "torch.nn.modules", "torch.overrides", "torch.jit",
+                     "torch._jit_internal", "torch.backends.mha", "torch.functional",
+                     "torch._utils", "torch.nn.modules.utils", "torch._prims_common",
+                     "torch.types", "torch.utils._python_dispatch")
+
+
+def _foldable_module(fn) -> bool:
+    mod = getattr(fn, "__module__", "") or ""
+    return any(mod == m or mod.startswith(m + ".") for m in _FOLDABLE_MODULES)
 
 
 def _torch_name(fn) -> str:

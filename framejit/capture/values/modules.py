@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ...errors import Unsupported
+from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
 from .base import Value, const
 from .containers import ListValue, TupleValue
@@ -86,6 +87,7 @@ class ModuleValue(Value):
             raise Unsupported(f"calling {self.describe()}, which has hooks registered",
                               "framejit does not run module hooks inside a graph yet; remove the hooks "
                               "or compile the module's parts without them")
+        tx.output.guards.add(NoHooksGuard(self.source))
         forward = mod.__dict__.get("forward")
         if forward is not None:
             from .builder import wrap
