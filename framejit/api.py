@@ -51,7 +51,7 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
     ctx = cf.CompileContext(opts, backend, getattr(fn, "__qualname__", repr(fn)))
     callback = cf.make_callback(ctx)
     if code is not None:
-        cf.register_target(code)
+        cf.register_target(ctx, code)
     wrapper = _C.CompiledFunction(fn, callback)
     functools.update_wrapper(wrapper, fn)
     wrapper._framejit_context = ctx
@@ -76,7 +76,7 @@ class CompiledModule(torch.nn.Module):
         forward = module.forward
         code = _code_of(forward)
         if code is not None:
-            cf.register_target(code)
+            cf.register_target(ctx, code)
         object.__setattr__(self, "_orig_mod", module)
         object.__setattr__(self, "_framejit_context", ctx)
         object.__setattr__(self, "_framejit_call", _C.CompiledFunction(module, callback))

@@ -31,8 +31,9 @@ log_internal = logging.getLogger("framejit")
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
-#: Code objects passed to compile(): captured even when they live in library files.
-_targets: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
+#: For each code object passed to compile(), the live contexts that compile it: such code is
+#: captured by those contexts even when it lives in a library file (nn.Sequential.forward).
+_target_contexts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Every code object whose per-code state the hook holds (for reset()).
 _touched: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 
@@ -60,12 +61,15 @@ def reset_stats():
     stats = Stats()
 
 
-@dataclass
+@dataclass(eq=False)
 class CompileContext:
+    """One compile() wrapper: its options, backend, callback and target code objects."""
+
     options: object
     backend: object
     name: str
     callback: object = None
+    targets: set = field(default_factory=set)
     warned_limit: set = field(default_factory=set)
 
 
@@ -86,8 +90,9 @@ class CacheEntryInfo:
     capture_seconds: float
 
 
-def register_target(code: types.CodeType) -> None:
-    _targets.add(code)
+def register_target(ctx: CompileContext, code: types.CodeType) -> None:
+    ctx.targets.add(code)
+    _target_contexts.setdefault(code, weakref.WeakSet()).add(ctx)
     _touched.add(code)
     if _C.get_code_mode(code) == _C.MODE_SKIP:
         _C.set_code_mode(code, _C.MODE_DEFAULT)
@@ -113,9 +118,12 @@ def where(code: types.CodeType) -> str:
 
 
 def convert_frame(ctx: CompileContext, code, func, f_locals):
-    if code not in _targets and _is_library_file(code.co_filename):
-        _C.set_code_mode(code, _C.MODE_SKIP)
-        _touched.add(code)
+    if code not in ctx.targets and _is_library_file(code.co_filename):
+        # Library code runs as it is. Mark it so the hook stops asking, unless some live
+        # compile() wrapper targets it (its code mode is shared by every wrapper).
+        if not _target_contexts.get(code):
+            _C.set_code_mode(code, _C.MODE_SKIP)
+            _touched.add(code)
         return None
     _touched.add(code)
     stats.frames += 1
@@ -228,7 +236,7 @@ def reset() -> None:
     for code in list(_touched):
         _C.clear_code(code)
     _touched.clear()
-    for code in list(_targets):
+    for code in list(_target_contexts):
         _touched.add(code)
     reset_stats()
     from .values.tensor import clear_meta_memo
