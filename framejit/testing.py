@@ -40,6 +40,18 @@ class _LiveStats:
         return repr(convert_frame.stats)
 
 
+def fresh_state():
+    """A pytest fixture body: a clean framejit (no cache entries, zeroed statistics) and a fixed
+    seed before a test, and a clean framejit after it. Use it as
+    ``fresh_framejit = pytest.fixture(autouse=True)(fresh_state)`` in a conftest."""
+    import framejit
+
+    framejit.reset()
+    torch.manual_seed(0)
+    yield
+    framejit.reset()
+
+
 def capture_stats() -> Any:
     """A live view of framejit's capture statistics (frames, captured, graphs, ops, recompiles,
     eager_frames, fallback_reasons, recompile_reasons)::

@@ -1,16 +1,8 @@
 import pytest
-import torch
 
-import framejit
-from framejit.testing import capture_stats
+from framejit.testing import capture_stats, fresh_state
 
-
-@pytest.fixture(autouse=True)
-def fresh_framejit():
-    framejit.reset()
-    torch.manual_seed(0)
-    yield
-    framejit.reset()
+fresh_framejit = pytest.fixture(autouse=True)(fresh_state)
 
 
 @pytest.fixture

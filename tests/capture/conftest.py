@@ -7,16 +7,10 @@ import pytest
 import torch
 
 import framejit
-from framejit.testing import RecordingBackend, assert_close_to_eager, capture_stats
+from framejit.testing import RecordingBackend, assert_close_to_eager, capture_stats, fresh_state
 
-
-@pytest.fixture(autouse=True)
-def fresh_framejit():
-    """Every test starts and ends with no cache entries and zeroed statistics."""
-    framejit.reset()
-    torch.manual_seed(0)
-    yield
-    framejit.reset()
+#: Every test starts and ends with no cache entries and zeroed statistics.
+fresh_framejit = pytest.fixture(autouse=True)(fresh_state)
 
 
 @pytest.fixture

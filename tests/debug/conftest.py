@@ -1,12 +1,6 @@
 import pytest
-import torch
 
-import framejit
+import framejit  # noqa: F401
+from framejit.testing import fresh_state
 
-
-@pytest.fixture(autouse=True)
-def fresh_framejit():
-    framejit.reset()
-    torch.manual_seed(0)
-    yield
-    framejit.reset()
+fresh_framejit = pytest.fixture(autouse=True)(fresh_state)

@@ -164,29 +164,24 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result."""
     from .containers import DictValue, ListValue, TupleValue
 
-    def to_meta(v):
+    def convert(v, tensor):
+        """Arguments as the op sees them: tensors through ``tensor``, containers rebuilt."""
         if isinstance(v, TensorValue):
-            return v.example
+            return tensor(v)
         if isinstance(v, (TupleValue, ListValue)):
-            seq = [to_meta(x) for x in v.items]
+            seq = [convert(x, tensor) for x in v.items]
             return tuple(seq) if isinstance(v, TupleValue) else seq
         if isinstance(v, DictValue):
-            return {k: to_meta(x) for k, x in v.items.items()}
+            return {k: convert(x, tensor) for k, x in v.items.items()}
         if isinstance(v, ConstantValue):
             return v.value
         return _meta_of_other(v)
 
+    def to_meta(v):
+        return convert(v, lambda t: t.example)
+
     def to_arg(v):
-        if isinstance(v, TensorValue):
-            return v.node
-        if isinstance(v, (TupleValue, ListValue)):
-            seq = [to_arg(x) for x in v.items]
-            return tuple(seq) if isinstance(v, TupleValue) else seq
-        if isinstance(v, DictValue):
-            return {k: to_arg(x) for k, x in v.items.items()}
-        if isinstance(v, ConstantValue):
-            return v.value
-        return _meta_of_other(v)
+        return convert(v, lambda t: t.node)
 
     devices: list[torch.device] = []
 
