@@ -23,6 +23,9 @@ class Unsupported(FramejitError):
         self.where = where
         #: Inlined call frames from the outermost call site to the innermost (for context).
         self.stack: list[SourceLocation] = []
+        #: Index of the instruction of the captured (root) frame that was running: where a
+        #: graph break would go.
+        self.break_index: int | None = None
 
     def describe(self) -> str:
         lines = [self.construct]

@@ -20,7 +20,20 @@ from dataclasses import dataclass, field
 from .. import _C
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
-from .interpreter import RealCell, Translator
+from .interpreter import BreakHere, RealCell, Translator, decode
+from .resume import (
+    ITER,
+    NULL,
+    VAL,
+    break_code,
+    is_internal_name,
+    origin,
+    plan_break,
+    resume_code,
+    resume_function,
+)
+from .values.containers import IteratorValue, ListValue
+from .values.base import NULL as NULL_VALUE
 from .output import OutputGraph, make_trampoline
 from .sources import FreeVarSource, free_param
 from .values.builder import _LIBRARY_ROOTS
@@ -47,6 +60,8 @@ class Stats:
     graphs: int = 0          # graphs handed to a backend
     ops: int = 0             # graph operations captured
     recompiles: int = 0      # captures after a guard failure
+    graph_breaks: int = 0    # frames split at an unsupported instruction
+    break_reasons: list = field(default_factory=list)     # (function, message)
     eager_frames: int = 0    # frames that fell back to plain Python
     fallback_reasons: list = field(default_factory=list)   # (function, message)
     recompile_reasons: list = field(default_factory=list)  # (function, message)
@@ -201,22 +216,64 @@ def mine_entries(code, ctx):
 
 
 def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
+    """Capture the frame whole; if that meets something unsupported, capture it again up to that
+    instruction and split it there (a graph break)."""
     t0 = time.perf_counter()
     if code.co_flags & compat.CO_GENERATOR_LIKE:
         raise Unsupported("compiling a generator or coroutine function")
+    try:
+        return _capture(ctx, code, func, f_locals, t0, None)
+    except Unsupported as e:
+        index = _break_index(code, e)
+        if index is None:
+            raise
+        if ctx.options.fullgraph:
+            raise
+        try:
+            info = _capture(ctx, code, func, f_locals, t0, index)
+        except Unsupported as cannot:
+            log_breaks.debug("no graph break possible in %s (%s)", where(code), cannot.construct)
+            raise e from None
+        stats.graph_breaks += 1
+        stats.break_reasons.append((where(code), e.describe()))
+        log_breaks.info("Graph break in %s: %s", where(code), e.describe())
+        if ctx.options.dump_dir:
+            from ..debug.dump import dump_reason
+            dump_reason(ctx.options.dump_dir, code, "graph break", e.describe())
+        return info
+
+
+def _break_index(code, e: Unsupported) -> int | None:
+    """Where a graph break for ``e`` would go, or None when the frame cannot be split."""
+    if e.break_index is None or code.co_cellvars:
+        return None
+    insts = decode(code)
+    index = e.break_index
+    # KW_NAMES and PRECALL only prepare the CALL after them: break before them and run all three.
+    while index > 0 and insts[index - 1].name in ("PRECALL", "KW_NAMES"):
+        index -= 1
+    return index
+
+
+def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     output = OutputGraph(ctx.options)
     builtins_dict = func.__builtins__ if isinstance(func.__builtins__, dict) else vars(func.__builtins__)
     tx = Translator(output, code, func.__globals__, builtins_dict)
     tx.lazy_args = dict(f_locals)
+    tx.break_at = break_at
     for var, cell in zip(code.co_freevars, func.__closure__ or ()):
         tx.cells[var] = RealCell(cell, FreeVarSource(var))
-    ret = tx.run()
     n = len(_C.get_cache_entries(code))
     label = f"{code.co_name} {os.path.basename(code.co_filename)}:{code.co_firstlineno} #{n}"
-    entry, entry_src, gm, compiled = output.compile_entry(ret, code, ctx.backend, label)
+    try:
+        ret = tx.run()
+    except BreakHere:
+        entry, entry_src, gm, compiled, new_code = _split_frame(ctx, code, func, tx, label)
+    else:
+        entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.backend, label)
+        new_code = make_trampoline(code, entry)
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
-    trampoline = make_trampoline(code, entry)
     seconds = time.perf_counter() - t0
     stats.captured += 1
     stats.capture_seconds += seconds
@@ -224,11 +281,38 @@ def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
         stats.graphs += 1
         stats.ops += sum(1 for node in gm.graph.nodes if node.op.startswith("call"))
     info = CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
-                          trampoline, seconds)
+                          new_code, seconds)
     if ctx.options.dump_dir:
         from ..debug.dump import dump_entry
         dump_entry(ctx.options.dump_dir, code, info, label)
     return info
+
+
+def _split_frame(ctx, code, func, tx, label):
+    """The rewritten code of a frame split at ``tx.pc``: graph so far, native instructions,
+    then resume functions (see resume.py)."""
+    markers = [NULL if v is NULL_VALUE else ITER if isinstance(v, IteratorValue) else VAL
+               for v in tx.stack]
+    plan = plan_break(tx.insts, tx.pc, markers)
+    order = {name: i for i, name in enumerate(code.co_varnames)}
+    local_names = sorted(tx.locals, key=lambda n: order.get(n, len(order)))
+    # A resume function's own stack parameters are dead once its prefix has pushed them.
+    bound = (set(tx.locals) | set(tx.lazy_args)) - {n for n in order if is_internal_name(n)}
+    live = tuple(sorted(bound, key=lambda n: order.get(n, len(order))))
+    local_names = [n for n in local_names if n in bound]
+    stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
+             for v in tx.stack if v is not NULL_VALUE]
+    values = [tx.locals[n] for n in local_names] + stack
+    entry, entry_src, gm, compiled = tx.output.compile_entry(values, code, ctx.backend, label,
+                                                             as_tuple=True)
+    resumes = []
+    for exit_ in plan.exits:
+        base, target = origin(code, exit_.target)
+        rcode = resume_code(base, target, exit_.depth, live, exit_.iters)
+        register_target(ctx, rcode)
+        resumes.append(rcode if code.co_freevars else resume_function(rcode, func.__globals__))
+    new_code = break_code(code, entry, local_names, markers, (), plan, resumes, live)
+    return entry, entry_src, gm, compiled, new_code
 
 
 def reset() -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import linecache
 import operator
 import types
+import weakref
 from collections.abc import Callable
 
-from bytecode import Bytecode, Instr, Label
+from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
 
 from ..errors import SourceLocation, Unsupported
 from . import compat
@@ -37,21 +38,25 @@ def handler(*opnames: str):
 
 
 class Inst:
-    """One decoded instruction: ``name``, ``arg`` (jump targets resolved to indices), ``lineno``."""
+    """One decoded instruction: ``name``, ``arg`` (jump targets resolved to indices), ``lineno``,
+    ``pos`` (its index in the ``bytecode.Bytecode`` list, for rewriting) and ``in_try`` (whether an
+    exception handler covers it)."""
 
-    __slots__ = ("name", "arg", "lineno", "target")
+    __slots__ = ("name", "arg", "lineno", "target", "pos", "in_try")
 
-    def __init__(self, name, arg, lineno, target=None):
+    def __init__(self, name, arg, lineno, target=None, pos=-1, in_try=False):
         self.name = name
         self.arg = arg
         self.lineno = lineno
         self.target = target
+        self.pos = pos
+        self.in_try = in_try
 
     def __repr__(self):
         return f"{self.name} {self.arg!r}"
 
 
-_decoded: dict[types.CodeType, list[Inst]] = {}
+_decoded: "weakref.WeakKeyDictionary[types.CodeType, list[Inst]]" = weakref.WeakKeyDictionary()
 
 
 def decode(code: types.CodeType) -> list[Inst]:
@@ -62,20 +67,32 @@ def decode(code: types.CodeType) -> list[Inst]:
     insts = []
     labels: dict[Label, int] = {}
     pending: list[tuple[Inst, Label]] = []
-    for item in bc:
+    try_depth = 0
+    for pos, item in enumerate(bc):
         if isinstance(item, Label):
             labels[item] = len(insts)
         elif isinstance(item, Instr):
-            inst = Inst(item.name, item.arg, item.lineno)
+            inst = Inst(item.name, item.arg, item.lineno, pos=pos, in_try=try_depth > 0)
             if isinstance(item.arg, Label):
                 pending.append((inst, item.arg))
             insts.append(inst)
-        # TryBegin/TryEnd (exception table) and SetLineno carry no behaviour on the path where
-        # nothing raises, which is the only path captured.
+        elif isinstance(item, TryBegin):
+            try_depth += 1
+        elif isinstance(item, TryEnd):
+            try_depth -= 1
+        # The exception table carries no behaviour on the path where nothing raises, which is
+        # the only path captured; ``in_try`` only tells where a graph break cannot go.
     for inst, label in pending:
         inst.target = labels[label]
     _decoded[code] = insts
     return insts
+
+
+class BreakHere(Exception):
+    """Raised by the root translator when it reaches its ``break_at`` instruction."""
+
+    def __init__(self, tx: "Translator"):
+        self.tx = tx
 
 
 class _Return(Exception):
@@ -115,6 +132,8 @@ class Translator:
         self.pc = 0
         self.current: Inst | None = None
         self.lineno = code.co_firstlineno
+        #: Root frame only: stop before this instruction index (a graph break, second pass).
+        self.break_at: int | None = None
 
     # -- stack ----------------------------------------------------------------------------------
     def push(self, v: Value):
@@ -146,6 +165,8 @@ class Translator:
         insts = self.insts
         try:
             while True:
+                if self.pc == self.break_at:
+                    raise BreakHere(self)
                 inst = insts[self.pc]
                 self.current = inst
                 if inst.lineno is not None:
@@ -160,6 +181,8 @@ class Translator:
         except Unsupported as e:
             if e.where is None:
                 e.where = self.location()
+            if self.parent is None and e.break_index is None:
+                e.break_index = self.pc - 1  # the root instruction being run (a call site if inlined)
             raise
 
     def jump(self, inst: Inst):

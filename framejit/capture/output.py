@@ -77,12 +77,18 @@ class OutputGraph:
         return TensorValue(node)
 
     # -- finishing ------------------------------------------------------------------------------
-    def compile_entry(self, return_value, code: types.CodeType, backend, label: str):
-        """Build the compiled graph and the entry function that returns ``return_value``."""
+    def compile_entry(self, values: list, code: types.CodeType, backend, label: str,
+                      as_tuple: bool = False):
+        """Build the compiled graph and the entry function. The entry returns ``values[0]``, or,
+        with ``as_tuple``, the tuple of all ``values`` (a graph break's locals and stack)."""
         argnames = compat.guard_param_names(code)
         lines = []
         cg = EntryCodegen(argnames, lines)
-        ret = return_value.reconstruct(cg)
+        exprs = [v.reconstruct(cg) for v in values]
+        if as_tuple:
+            ret = "(" + "".join(e + ", " for e in exprs) + ")"
+        else:
+            (ret,) = exprs
         graph = self.graph
         has_work = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
         gm = compiled = None
@@ -97,6 +103,8 @@ class OutputGraph:
             compiled = _compile_with_backend(backend, gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
             lines.append(f"___o = {cg.const_name(compiled)}({call_args})")
+        # Rebuilt containers use graph outputs, so they come after the graph call.
+        lines.extend(cg.post_lines)
         lines.append(f"return {ret}")
         fn_name = f"___entry_{next(_entry_ids)}"
         body = "\n    ".join(lines)
@@ -144,6 +152,20 @@ class EntryCodegen:
         self.graph_outputs: list = []
         self._out_index: dict = {}
         self.source_expr = SourceLoader(self.names, argnames, lines, prefix="___s")
+        #: Assignments of rebuilt mutable objects, run after the graph.
+        self.post_lines: list[str] = []
+        self._shared: dict[int, str] = {}
+
+    def shared(self, value, build) -> str:
+        """A name for ``value`` rebuilt once by ``build()`` (an expression), so that every place
+        that refers to one mutable object (a list on the stack and in a local) gets the same one."""
+        name = self._shared.get(id(value))
+        if name is None:
+            expr = build()
+            name = f"___r{len(self._shared)}"
+            self._shared[id(value)] = name
+            self.post_lines.append(f"{name} = {expr}")
+        return name
 
     def const_name(self, obj) -> str:
         return self.names(obj)

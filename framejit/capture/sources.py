@@ -64,6 +64,10 @@ class LocalSource(Source):
         return self.local
 
     def name(self):
+        if self.local.startswith("___stack"):
+            # A resume function's parameter: a value kept on the stack across a graph break
+            # (a for loop's remaining items, a half-evaluated expression).
+            return f"<value {self.local[len('___stack'):]} carried across a graph break>"
         return self.local
 
 

@@ -14,6 +14,8 @@ class ExplainReport:
     graphs: list = field(default_factory=list)           # framejit.fx_ir.Graph per captured graph
     graph_count: int = 0
     ops_per_graph: list = field(default_factory=list)
+    graph_break_count: int = 0
+    break_reasons: list = field(default_factory=list)     # (function, message)
     fallback_count: int = 0
     fallback_reasons: list = field(default_factory=list)  # (function, message)
     guards: list = field(default_factory=list)            # guard function source per cache entry
@@ -21,11 +23,14 @@ class ExplainReport:
 
     def __str__(self) -> str:
         lines = [f"{self.graph_count} graph(s), {sum(self.ops_per_graph)} operation(s), "
+                 f"{self.graph_break_count} graph break(s), "
                  f"{self.fallback_count} fallback(s) to plain Python, "
                  f"captured in {self.capture_seconds * 1e3:.1f} ms"]
         for i, g in enumerate(self.graphs):
             lines.append(f"\n--- graph {i} ({self.ops_per_graph[i]} ops) ---")
             lines.append(str(g))
+        for where, message in self.break_reasons:
+            lines.append(f"\n--- graph break in {where} ---\n{message}")
         for where, message in self.fallback_reasons:
             lines.append(f"\n--- runs as plain Python: {where} ---\n{message}")
         return "\n".join(lines)
@@ -40,6 +45,7 @@ def explain(fn_or_module):
         compiled = compile(fn_or_module, backend="eager")
         before = cf.stats
         n_fallbacks = len(before.fallback_reasons)
+        n_breaks = len(before.break_reasons)
         seconds = before.capture_seconds
         ctx = compiled._framejit_context
         compiled(*args, **kwargs)
@@ -47,6 +53,8 @@ def explain(fn_or_module):
         stats = cf.stats
         report.fallback_reasons = stats.fallback_reasons[n_fallbacks:]
         report.fallback_count = len(report.fallback_reasons)
+        report.break_reasons = stats.break_reasons[n_breaks:]
+        report.graph_break_count = len(report.break_reasons)
         report.capture_seconds = stats.capture_seconds - seconds
         from .. import _C
         for code in list(cf._touched):

@@ -133,7 +133,7 @@ class ListValue(SequenceValue):
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
-        return "[" + ", ".join(cg.expr(v) for v in self.items) + "]"
+        return cg.shared(self, lambda: "[" + ", ".join(cg.expr(v) for v in self.items) + "]")
 
 
 _LIST_METHODS = {"append", "extend", "insert", "pop", "index", "count", "reverse", "copy", "clear"}
@@ -186,7 +186,8 @@ class DictValue(Value):
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
-        return "{" + ", ".join(f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}"
+        return cg.shared(self, lambda: "{" + ", ".join(
+            f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}")
 
 
 class IteratorValue(Value):
@@ -214,6 +215,10 @@ class IteratorValue(Value):
         self.pos = len(self.items)
         return rest
 
+    def reconstruct(self, cg):
+        # The items not yet consumed, as a real iterator (a for loop split by a graph break).
+        return cg.shared(self, lambda: "iter([" + ", ".join(cg.expr(v) for v in self.items[self.pos:]) + "])")
+
 
 class BoundMethod(Value):
     """A method of a symbolic container (``lst.append``, ``d.items``...)."""
@@ -227,6 +232,9 @@ class BoundMethod(Value):
 
     def describe(self):
         return f"{self.obj.describe()}.{self.name}"
+
+    def reconstruct(self, cg):
+        return f"{cg.expr(self.obj)}.{self.name}"
 
     def call(self, tx, args, kwargs):
         obj, name = self.obj, self.name

@@ -112,6 +112,11 @@ class MethodValue(Value):
     def python_type(self):
         return types.MethodType
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.source_expr(self.source)
+        return f"{cg.const_name(types.MethodType)}({cg.const_name(self.fn)}, {cg.expr(self.obj)})"
+
     def call(self, tx, args, kwargs):
         fn = self.fn
         if isinstance(fn, types.FunctionType):

@@ -153,6 +153,9 @@ class TensorMethodValue(Value):
             raise Unsupported(_DATA_METHODS[name].replace("x.", self.tensor._short() + "."), _DATA_HINT)
         return graph_call(tx, "call_method", name, [self.tensor, *args], kwargs)
 
+    def reconstruct(self, cg):
+        return f"{cg.expr(self.tensor)}.{self.name}"
+
 
 def _type_prefix(device: torch.device) -> str:
     return "cuda." if device.type == "cuda" else ""

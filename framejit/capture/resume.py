@@ -1,0 +1,338 @@
+"""Graph breaks: a frame split at an instruction framejit cannot capture.
+
+When capture meets an unsupported instruction in the frame being compiled (a ``print``, a
+``.item()``, an ``if`` on a tensor, a call that fails inside an inlined function), the frame is
+rewritten as:
+
+1. call the *entry* function, which runs the graph captured so far and returns the values of the
+   frame's changed locals and of its value stack at that point;
+2. store those locals and push that stack back;
+3. run the unsupported instruction itself as ordinary bytecode (with the few instructions after it
+   that finish a pending call, so that no NULL call marker is left on the stack);
+4. return ``resume(stack..., locals...)``: a *resume function* made from the original code, which
+   pushes the stack back and jumps to the next instruction. The hook captures it on its first
+   call like any other function, so the rest of the frame is compiled too.
+
+A conditional jump on a tensor (``if x.sum() > 0:``) runs natively and each of its two successors
+gets its own resume function. Resume functions are cached per code location, so a break inside an
+unrolled loop reuses the same code object.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from dataclasses import dataclass
+
+from bytecode import Bytecode, FreeVar, Instr, Label
+
+from ..errors import Unsupported
+from . import compat
+from .interpreter import Inst, decode
+
+NULL = "NULL"
+VAL = "VAL"
+ITER = "ITER"  # a for loop's iterator: handed over as a list of its remaining items
+_MAX_NATIVE = 32  # longest run of native instructions after a break, to finish a pending call
+
+
+def _effect(inst: Inst) -> tuple[int, list[str]] | None:
+    """(values popped, markers pushed) for the instructions allowed in a native run, else None."""
+    n, a = inst.name, inst.arg
+    if n in ("NOP", "PRECALL", "KW_NAMES", "EXTENDED_ARG", "CACHE"):
+        return 0, []
+    if n in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_CLOSURE"):
+        return 0, [VAL]
+    if n == "LOAD_GLOBAL":
+        push_null = a[0] if isinstance(a, tuple) else False
+        if not push_null:
+            return 0, [VAL]
+        return 0, ([VAL, NULL] if compat.PY313 else [NULL, VAL])
+    if n == "LOAD_ATTR":
+        method = a[0] if isinstance(a, tuple) else False
+        return 1, ([NULL, VAL] if method else [VAL])
+    if n == "LOAD_METHOD":
+        return 1, [NULL, VAL]  # (method, self) or (NULL, attribute): either way a call follows
+    if n == "PUSH_NULL":
+        return 0, [NULL]
+    if n == "CALL":
+        return a + 2, [VAL]
+    if n == "CALL_FUNCTION_EX":
+        return 3 + (a & 1), [VAL]
+    if n in ("BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "IS_OP", "CONTAINS_OP"):
+        return 2, [VAL]
+    if n == "BINARY_SLICE":
+        return 3, [VAL]
+    if n.startswith("UNARY_") or n == "CALL_INTRINSIC_1":
+        return 1, [VAL]
+    if n in ("BUILD_TUPLE", "BUILD_LIST", "BUILD_STRING", "BUILD_SLICE"):
+        return a, [VAL]
+    if n == "BUILD_MAP":
+        return 2 * a, [VAL]
+    if n == "BUILD_CONST_KEY_MAP":
+        return a + 1, [VAL]
+    if n == "FORMAT_VALUE":
+        flags = a[0] if isinstance(a, tuple) else int(a)
+        return (2 if flags & 0x04 else 1), [VAL]
+    if n == "POP_TOP":
+        return 1, []
+    if n in ("STORE_ATTR", "STORE_GLOBAL", "DELETE_ATTR"):
+        return (2 if n == "STORE_ATTR" else 1), []
+    if n == "STORE_SUBSCR":
+        return 3, []
+    return None
+
+
+_POP_JUMPS = {
+    "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_IF_TRUE",
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_IF_FALSE",
+    "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_NOT_NONE",
+}
+_OR_POP_JUMPS = {"JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"}
+
+
+@dataclass
+class Exit:
+    """Where execution continues after the native instructions: instruction ``target`` of the
+    original code, with ``depth`` values on the stack (none of them a NULL marker), of which
+    those at ``iters`` are for-loop iterators."""
+
+    target: int
+    depth: int
+    is_jump: bool
+    iters: tuple = ()
+
+
+@dataclass
+class BreakPlan:
+    native: list[Inst]   # instructions run as they are, in order
+    exits: list[Exit]    # fall-through exit first, then the jump exit if any
+
+
+def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
+    """Which instructions to run natively from ``index`` and where to resume, or Unsupported."""
+    first = insts[index]
+    if first.in_try:
+        raise Unsupported("a graph break inside a `try` or `with` block",
+                          "move the unsupported line out of the try/with block")
+    if first.name in _POP_JUMPS or first.name in _OR_POP_JUMPS:
+        if NULL in markers[:-1]:
+            raise Unsupported("a graph break at a condition inside a pending call")
+        depth = len(markers)
+        keep_on_jump = first.name in _OR_POP_JUMPS
+        iters = _iters(markers, depth - 1)
+        return BreakPlan([first], [Exit(index + 1, depth - 1, False, iters),
+                                   Exit(first.target, depth if keep_on_jump else depth - 1, True, iters)])
+    original = list(markers)
+    markers = list(markers)
+    lowest = len(markers)  # values below this depth are untouched by the native run
+    native: list[Inst] = []
+    i = index
+    while True:
+        inst = insts[i]
+        effect = _effect(inst)
+        if effect is None or inst.target is not None or (inst.in_try and i != index):
+            raise Unsupported(f"a graph break at {first.name} followed by {inst.name}",
+                              "split the expression so the unsupported call stands alone")
+        pops, pushes = effect
+        if pops > len(markers):
+            raise Unsupported("a graph break whose stack framejit cannot follow")
+        if pops:
+            del markers[-pops:]
+        lowest = min(lowest, len(markers))
+        markers.extend(pushes)
+        native.append(inst)
+        i += 1
+        if NULL not in markers and inst.name not in ("KW_NAMES", "PRECALL"):
+            return BreakPlan(native, [Exit(i, len(markers), False, _iters(original, lowest))])
+        if len(native) > _MAX_NATIVE:
+            raise Unsupported("a graph break inside a very long expression")
+
+
+def _iters(markers: list[str], below: int) -> tuple:
+    return tuple(k for k in range(below) if markers[k] == ITER)
+
+
+# -- resume functions -----------------------------------------------------------------------------
+
+_resume_cache: "weakref.WeakKeyDictionary[types.CodeType, dict]" = weakref.WeakKeyDictionary()
+#: resume code -> (original code, index shift): a resume's body is the original code behind a
+#: fixed prefix, so its instruction ``i`` is the original's ``i + shift``.
+_origin: "weakref.WeakKeyDictionary[types.CodeType, tuple]" = weakref.WeakKeyDictionary()
+
+
+def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
+    """The original code and instruction index behind ``code``'s instruction ``index``; resumes
+    of resumes are made from the original code, so a break in a loop reuses one code object."""
+    found = _origin.get(code)
+    if found is None:
+        return code, index
+    original, shift = found
+    return original, index + shift
+
+
+def stack_param(k: int) -> str:
+    return f"___stack{k}"
+
+
+def is_internal_name(name: str) -> bool:
+    """Locals framejit adds to rewritten and resume code (never the user's)."""
+    return name.startswith(("___stack", "___fj_"))
+
+
+def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, ...],
+                iters: tuple = ()) -> types.CodeType:
+    """A code object that takes ``depth`` stack values and the ``live`` locals as arguments and
+    continues ``code`` at instruction ``target``; stack values at ``iters`` arrive as lists and
+    are turned back into iterators. Cached per location."""
+    per_code = _resume_cache.setdefault(code, {})
+    key = (target, depth, live, iters)
+    cached = per_code.get(key)
+    if cached is not None:
+        return cached
+    insts = decode(code)
+    bc = Bytecode.from_code(code)
+    items = list(bc)
+    target_pos = insts[target].pos
+    first = insts[target]
+    lineno = first.lineno or code.co_firstlineno
+    label = Label()
+    body: list = []
+    if code.co_freevars:
+        body.append(Instr("COPY_FREE_VARS", len(code.co_freevars), lineno=lineno))
+    body.append(Instr("RESUME", 0, lineno=lineno))
+    for k in range(depth):
+        body.append(Instr("LOAD_FAST", stack_param(k), lineno=lineno))
+        if k in iters:
+            body.append(Instr("GET_ITER", lineno=lineno))
+    body.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    new_prefix = sum(1 for item in body if isinstance(item, Instr))
+    skipped = 0
+    prefix_done = False
+    for pos, item in enumerate(items):
+        if not prefix_done:
+            if isinstance(item, Instr) and item.name in ("MAKE_CELL", "COPY_FREE_VARS", "RESUME"):
+                skipped += 1
+                continue
+            prefix_done = isinstance(item, Instr)
+        if pos == target_pos:
+            body.append(label)
+        body.append(item)
+    params = [stack_param(k) for k in range(depth)] + list(live)
+    bc.clear()
+    bc.extend(body)
+    bc.argnames = params
+    bc.argcount = len(params)
+    bc.posonlyargcount = 0
+    bc.kwonlyargcount = 0
+    bc.flags &= ~(compat.CO_VARARGS | compat.CO_VARKEYWORDS)
+    bc.name = f"{code.co_name}_resume_at_line_{lineno}"
+    if hasattr(bc, "qualname"):
+        bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}_resume_at_line_{lineno}"
+    new = bc.to_code()
+    per_code[key] = new
+    _origin[new] = (code, skipped - new_prefix)
+    return new
+
+
+# -- the rewritten frame ---------------------------------------------------------------------------
+
+_STATE = "___fj_state"
+
+
+def _temp(k: int) -> str:
+    return f"___fj_s{k}"
+
+
+def _forward(name: str) -> str:
+    # The jump in the rewritten code always goes forward, to its resume call.
+    return name.replace("BACKWARD", "FORWARD") if compat.PY311 else name
+
+
+def break_code(code: types.CodeType, entry, local_names: list[str], markers: list[str],
+               kw_names: tuple, plan: BreakPlan, resumes: list, live: tuple[str, ...]) -> types.CodeType:
+    """The rewritten frame: run ``entry``, restore locals and stack, run ``plan.native``, then
+    return the result of the resume function of the exit taken. ``resumes[k]`` is, for
+    ``plan.exits[k]``, either a function (LOAD_CONST) or a code object needing the closure."""
+    bc = Bytecode.from_code(code)
+    line = code.co_firstlineno
+    body: list = []
+    for item in bc:
+        if isinstance(item, Instr):
+            body.append(Instr(item.name, item.arg, lineno=line))
+            if item.name == "RESUME":
+                break
+
+    def call(fn_load: list, nargs: int, line: int):
+        out = []
+        if compat.PY313:
+            out += fn_load + [Instr("PUSH_NULL", lineno=line)]
+        else:
+            out += [Instr("PUSH_NULL", lineno=line)] + fn_load
+        return out
+
+    def tail_call(fn_load: list, arg_loads: list, line: int) -> list:
+        out = call(fn_load, len(arg_loads), line) + arg_loads
+        if compat.PY311:
+            out.append(Instr("PRECALL", len(arg_loads), lineno=line))
+        out.append(Instr("CALL", len(arg_loads), lineno=line))
+        return out
+
+    args = [Instr("LOAD_FAST", n, lineno=line) for n in compat.arg_slot_names(code)]
+    args += [Instr("LOAD_CLOSURE", FreeVar(v), lineno=line) for v in code.co_freevars]
+    body += tail_call([Instr("LOAD_CONST", entry, lineno=line)], args, line)
+    body.append(Instr("STORE_FAST", _STATE, lineno=line))
+    for j, name in enumerate(local_names):
+        body += [Instr("LOAD_FAST", _STATE, lineno=line), Instr("LOAD_CONST", j, lineno=line),
+                 Instr("BINARY_SUBSCR", lineno=line), Instr("STORE_FAST", name, lineno=line)]
+    idx = len(local_names)
+    for m in markers:
+        if m == NULL:
+            body.append(Instr("PUSH_NULL", lineno=line))
+        else:
+            body += [Instr("LOAD_FAST", _STATE, lineno=line), Instr("LOAD_CONST", idx, lineno=line),
+                     Instr("BINARY_SUBSCR", lineno=line)]
+            if m == ITER:
+                body.append(Instr("GET_ITER", lineno=line))  # the entry returned a list
+            idx += 1
+    if kw_names:
+        body.append(Instr("KW_NAMES", kw_names, lineno=line))
+    jump_label = Label()
+    for inst in plan.native:
+        iline = inst.lineno or line
+        if inst.target is not None:
+            body.append(Instr(_forward(inst.name), jump_label, lineno=iline))
+        else:
+            body.append(Instr(inst.name, inst.arg, lineno=iline))
+    for k, (exit_, resume) in enumerate(zip(plan.exits, resumes)):
+        if exit_.is_jump:
+            body.append(jump_label)
+        eline = plan.native[-1].lineno or line
+        for s in reversed(range(exit_.depth)):
+            body.append(Instr("STORE_FAST", _temp(s), lineno=eline))
+        for s in exit_.iters:
+            # What is left of a loop's iterator goes to the resume function as a list.
+            body += tail_call([Instr("LOAD_CONST", list, lineno=eline)],
+                              [Instr("LOAD_FAST", _temp(s), lineno=eline)], eline)
+            body.append(Instr("STORE_FAST", _temp(s), lineno=eline))
+        if isinstance(resume, types.CodeType):
+            # The resume function needs this frame's closure: build it here.
+            fn_load = [Instr("LOAD_CLOSURE", FreeVar(v), lineno=eline) for v in code.co_freevars]
+            fn_load += [Instr("BUILD_TUPLE", len(code.co_freevars), lineno=eline),
+                        Instr("LOAD_CONST", resume, lineno=eline),
+                        Instr("MAKE_FUNCTION", 0x08, lineno=eline)]
+        else:
+            fn_load = [Instr("LOAD_CONST", resume, lineno=eline)]
+        loads = [Instr("LOAD_FAST", _temp(s), lineno=eline) for s in range(exit_.depth)]
+        loads += [Instr("LOAD_FAST", n, lineno=eline) for n in live]
+        body += tail_call(fn_load, loads, eline)
+        body.append(Instr("RETURN_VALUE", lineno=eline))
+    bc.clear()
+    bc.extend(body)
+    return bc.to_code()
+
+
+def resume_function(code: types.CodeType, globals_dict: dict):
+    """The function object for a resume code without free variables (made once)."""
+    return types.FunctionType(code, globals_dict, code.co_name)
