@@ -87,17 +87,26 @@ def _wrap(tx, obj, source: Source) -> Value:
         return ConstantValue(obj, source)
     t = type(obj)
     if t in (tuple, list) or (isinstance(obj, tuple) and hasattr(t, "_fields")):
-        out.guards.add(G.LenGuard(source, t, len(obj)))
-        items = [wrap(tx, x, ItemSource(source, i)) for i, x in enumerate(obj)]
+        out.guards.add(G.TypeGuard(source, t))
+
+        def sequence_items():
+            out.guards.add(G.LenGuard(source, t, len(obj)))
+            return [wrap(tx, x, ItemSource(source, i)) for i, x in enumerate(obj)]
+
         if t is list:
-            return ListValue(items, source)
-        return TupleValue(items, source, cls=None if t is tuple else t)
+            return ListValue([], source).defer(sequence_items)
+        return TupleValue([], source, cls=None if t is tuple else t).defer(sequence_items)
     if t is dict:
         keys = tuple(obj)
         if not all(isinstance(k, (str, int)) for k in keys):
             raise Unsupported(f"the dict {source.name()} has keys that are not strings or ints")
-        out.guards.add(G.DictKeysGuard(source, t, keys))
-        return DictValue({k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}, source)
+        out.guards.add(G.TypeGuard(source, t))
+
+        def dict_items():
+            out.guards.add(G.DictKeysGuard(source, t, keys))
+            return {k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}
+
+        return DictValue({}, source).defer(dict_items)
     if isinstance(obj, types.ModuleType):
         out.guards.add(G.IdGuard(source, obj))
         return PythonModuleValue(obj, source, trusted=is_library_module(obj))

@@ -15,8 +15,33 @@ def _all_constant(values) -> bool:
     return all(v.is_constant() for v in values)
 
 
-class SequenceValue(Value):
-    __slots__ = ("items",)
+class _Deferred:
+    """Contents read lazily: a container from outside the frame adds its length/keys guard and
+    wraps its items only when something reads them, so a list that is only appended to (a graph
+    break) or passed along is not specialised on its length."""
+
+    __slots__ = ()
+
+    @property
+    def items(self):
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._items = pending()
+        return self._items
+
+    @items.setter
+    def items(self, value):
+        self._pending = None
+        self._items = value
+
+    def defer(self, realize) -> "_Deferred":
+        self._pending = realize
+        return self
+
+
+class SequenceValue(_Deferred, Value):
+    __slots__ = ("_items", "_pending")
     kind = "sequence"
 
     def __init__(self, items: list[Value], source=None):
@@ -140,10 +165,10 @@ _LIST_METHODS = {"append", "extend", "insert", "pop", "index", "count", "reverse
 _MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", "setdefault", "popitem"}
 
 
-class DictValue(Value):
+class DictValue(_Deferred, Value):
     """A dict with constant keys."""
 
-    __slots__ = ("items",)
+    __slots__ = ("_items", "_pending")
 
     def __init__(self, items: dict, source=None):
         super().__init__(source)
