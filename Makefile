@@ -18,7 +18,7 @@ $(DEPS): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON311) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 	$(PIP) install $(TORCH_PIN)
-	$(PIP) install numpy "bytecode>=0.15" networkx triton pytest ruff
+	$(PIP) install numpy "bytecode>=0.15" networkx triton pytest ruff transformers
 	@touch $@
 
 # Rebuilds the C extension (editable install) whenever its source changes.

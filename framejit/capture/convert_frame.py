@@ -21,6 +21,7 @@ from .. import _C
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .interpreter import BreakHere, RealCell, Translator, decode
+from .output import OutputGraph, make_trampoline
 from .resume import (
     ITER,
     NULL,
@@ -32,11 +33,10 @@ from .resume import (
     resume_code,
     resume_function,
 )
-from .values.containers import IteratorValue, ListValue
-from .values.base import NULL as NULL_VALUE
-from .output import OutputGraph, make_trampoline
 from .sources import FreeVarSource, free_param
+from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
+from .values.containers import IteratorValue, ListValue
 
 log_recompiles = logging.getLogger("framejit.recompiles")
 log_breaks = logging.getLogger("framejit.graph_breaks")
@@ -121,11 +121,38 @@ def make_callback(ctx: CompileContext):
     return callback
 
 
+def _skip_roots() -> tuple[str, ...]:
+    """Files whose frames are never captured unless compile() targets them: the standard library,
+    torch itself, framejit, and tools. Third-party model code (transformers, timm, ...) is
+    captured like the user's own."""
+    import importlib.util
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = [paths.get("stdlib"), paths.get("platstdlib"), _FRAMEJIT_DIR]
+    for package in ("torch", "numpy", "triton", "bytecode", "networkx", "pytest", "_pytest",
+                    "pluggy", "typing_extensions", "tqdm", "IPython", "sympy", "functorch"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            roots.extend(spec.submodule_search_locations)
+    # The standard library lives above site-packages: only its own files count.
+    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+
+
+_SKIP_ROOTS = _skip_roots()
+_SITE_PACKAGES = tuple(os.path.realpath(p) for p in _LIBRARY_ROOTS if "site-packages" in p)
+
+
 def _is_library_file(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
     path = os.path.realpath(filename)
-    return path.startswith(_LIBRARY_ROOTS) or path.startswith(_FRAMEJIT_DIR)
+    if not path.startswith(_SKIP_ROOTS):
+        return False
+    # stdlib's root contains site-packages: a third-party package there is not "stdlib".
+    if path.startswith(_SITE_PACKAGES):
+        return path.startswith(tuple(r for r in _SKIP_ROOTS if r.startswith(_SITE_PACKAGES)))
+    return True
 
 
 def where(code: types.CodeType) -> str:
@@ -161,6 +188,9 @@ def convert_frame(ctx: CompileContext, code, func, f_locals):
                 )
             stats.eager_frames += 1
             stats.fallback_reasons.append((where(code), f"recompile limit reached ({reason})"))
+            # From now on the hook runs the cached versions that match and the original code
+            # otherwise, without asking again (reset() undoes it).
+            _C.set_code_mode(code, _C.MODE_RUN_ONLY)
             return None
         stats.recompiles += 1
         stats.recompile_reasons.append((where(code), reason))
@@ -266,12 +296,15 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     n = len(_C.get_cache_entries(code))
     label = f"{code.co_name} {os.path.basename(code.co_filename)}:{code.co_firstlineno} #{n}"
     try:
-        ret = tx.run()
-    except BreakHere:
-        entry, entry_src, gm, compiled, new_code = _split_frame(ctx, code, func, tx, label)
-    else:
-        entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.backend, label)
-        new_code = make_trampoline(code, entry)
+        try:
+            ret = tx.run()
+        except BreakHere:
+            entry, entry_src, gm, compiled, new_code = _split_frame(ctx, code, func, tx, label)
+        else:
+            entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.backend, label)
+            new_code = make_trampoline(code, entry)
+    finally:
+        output.restore_global_state()
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0
@@ -311,7 +344,8 @@ def _split_frame(ctx, code, func, tx, label):
         rcode = resume_code(base, target, exit_.depth, live, exit_.iters)
         register_target(ctx, rcode)
         resumes.append(rcode if code.co_freevars else resume_function(rcode, func.__globals__))
-    new_code = break_code(code, entry, local_names, markers, (), plan, resumes, live)
+    new_code = break_code(code, entry, local_names, markers, (), plan, resumes, live,
+                          base=origin(code, 0)[0])
     return entry, entry_src, gm, compiled, new_code
 
 

@@ -56,7 +56,7 @@ class Inst:
         return f"{self.name} {self.arg!r}"
 
 
-_decoded: "weakref.WeakKeyDictionary[types.CodeType, list[Inst]]" = weakref.WeakKeyDictionary()
+_decoded: weakref.WeakKeyDictionary[types.CodeType, list[Inst]] = weakref.WeakKeyDictionary()
 
 
 def decode(code: types.CodeType) -> list[Inst]:
@@ -91,7 +91,7 @@ def decode(code: types.CodeType) -> list[Inst]:
 class BreakHere(Exception):
     """Raised by the root translator when it reaches its ``break_at`` instruction."""
 
-    def __init__(self, tx: "Translator"):
+    def __init__(self, tx: Translator):
         self.tx = tx
 
 
@@ -218,8 +218,10 @@ class Translator:
     def inline_code(self, code, f_globals, args, kwargs, *, defaults=None, kwdefaults=None,
                     closure=None, name=None) -> Value:
         if code.co_flags & compat.CO_GENERATOR_LIKE:
-            raise Unsupported(f"calling the generator or coroutine function {name or code.co_name}()",
-                              "generators are not captured yet")
+            # A generator's body runs lazily, one item per next() (values/generators.py).
+            from .values.generators import inline_generator
+            return inline_generator(self, code, f_globals, args, kwargs, defaults=defaults,
+                                    kwdefaults=kwdefaults, closure=closure, name=name)
         if self.depth >= self.output.options.max_inline_depth:
             raise Unsupported(f"calls nested more than {self.output.options.max_inline_depth} deep (recursion?)")
         child = Translator(self.output, code, f_globals, self.f_builtins if f_globals is self.f_globals

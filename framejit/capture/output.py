@@ -20,7 +20,7 @@ from bytecode import Bytecode, CellVar, FreeVar, Instr
 
 from .. import _C
 from ..backends.registry import compile_graph, lookup_backend
-from ..errors import BackendError
+from ..errors import BackendError, Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from .guards import GuardSet
@@ -41,6 +41,20 @@ class OutputGraph:
         self.source_values: dict = {}
         #: get_attr name -> constant tensor held by the graph module.
         self.constants: dict[str, torch.Tensor] = {}
+        #: Grad mode when capture started; the graph may switch it (``with torch.no_grad()``).
+        self.initial_grad_mode = torch.is_grad_enabled()
+        self.switches_grad_mode = False
+
+    def set_grad_mode(self, enabled: bool) -> None:
+        """Switch grad mode for real while capturing (so meta results match eager) and note that
+        the graph switches it."""
+        torch._C._set_grad_enabled(enabled)
+        self.switches_grad_mode = True
+
+    def restore_global_state(self) -> None:
+        """After capture, successful or not: grad mode as it was."""
+        if self.switches_grad_mode:
+            torch._C._set_grad_enabled(self.initial_grad_mode)
 
     # -- graph inputs ---------------------------------------------------------------------------
     def _first_non_placeholder(self):
@@ -90,6 +104,10 @@ class OutputGraph:
         else:
             (ret,) = exprs
         graph = self.graph
+        if self.switches_grad_mode and torch.is_grad_enabled() != self.initial_grad_mode:
+            raise Unsupported("a grad mode change that outlives the compiled function "
+                              "(torch.set_grad_enabled() outside a `with`)",
+                              "use `with torch.no_grad():` inside, or switch grad mode before the call")
         has_work = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
         gm = compiled = None
         if has_work:
@@ -102,7 +120,14 @@ class OutputGraph:
             example_inputs = [t for _, t, _ in self.inputs]
             compiled = _compile_with_backend(backend, gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
-            lines.append(f"___o = {cg.const_name(compiled)}({call_args})")
+            call = f"{cg.const_name(compiled)}({call_args})"
+            if self.switches_grad_mode:
+                # The graph switches grad mode and back; if it raises half-way, switch back too.
+                lines += [f"___grad = {cg.const_name(torch.is_grad_enabled)}()",
+                          f"try:\n        ___o = {call}",
+                          f"finally:\n        {cg.const_name(torch._C._set_grad_enabled)}(___grad)"]
+            else:
+                lines.append(f"___o = {call}")
         # Rebuilt containers use graph outputs, so they come after the graph call.
         lines.extend(cg.post_lines)
         lines.append(f"return {ret}")

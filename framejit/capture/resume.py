@@ -156,10 +156,10 @@ def _iters(markers: list[str], below: int) -> tuple:
 
 # -- resume functions -----------------------------------------------------------------------------
 
-_resume_cache: "weakref.WeakKeyDictionary[types.CodeType, dict]" = weakref.WeakKeyDictionary()
+_resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict] = weakref.WeakKeyDictionary()
 #: resume code -> (original code, index shift): a resume's body is the original code behind a
 #: fixed prefix, so its instruction ``i`` is the original's ``i + shift``.
-_origin: "weakref.WeakKeyDictionary[types.CodeType, tuple]" = weakref.WeakKeyDictionary()
+_origin: weakref.WeakKeyDictionary[types.CodeType, tuple] = weakref.WeakKeyDictionary()
 
 
 def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
@@ -174,6 +174,15 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
 
 def stack_param(k: int) -> str:
     return f"___stack{k}"
+
+
+def resume_params(code: types.CodeType, depth: int, live: tuple[str, ...]) -> list[str]:
+    """A resume function's parameters: the original frame's first argument first (zero-argument
+    ``super()`` reads the frame's first local), then the stack values, then the other live
+    locals."""
+    lead = code.co_varnames[0] if code.co_argcount and code.co_varnames[0] in live else None
+    rest = [n for n in live if n != lead]
+    return ([lead] if lead else []) + [stack_param(k) for k in range(depth)] + rest
 
 
 def is_internal_name(name: str) -> bool:
@@ -208,6 +217,10 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
             body.append(Instr("GET_ITER", lineno=lineno))
     body.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     new_prefix = sum(1 for item in body if isinstance(item, Instr))
+    # The jump lands before any try-region or line markers that open at the target instruction.
+    label_pos = target_pos
+    while label_pos > 0 and not isinstance(items[label_pos - 1], (Instr, Label)):
+        label_pos -= 1
     skipped = 0
     prefix_done = False
     for pos, item in enumerate(items):
@@ -216,10 +229,12 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
                 skipped += 1
                 continue
             prefix_done = isinstance(item, Instr)
-        if pos == target_pos:
+        if pos == label_pos:
             body.append(label)
         body.append(item)
-    params = [stack_param(k) for k in range(depth)] + list(live)
+    if label not in body:
+        raise Unsupported("resuming inside the function's prologue")
+    params = resume_params(code, depth, live)
     bc.clear()
     bc.extend(body)
     bc.argnames = params
@@ -251,7 +266,8 @@ def _forward(name: str) -> str:
 
 
 def break_code(code: types.CodeType, entry, local_names: list[str], markers: list[str],
-               kw_names: tuple, plan: BreakPlan, resumes: list, live: tuple[str, ...]) -> types.CodeType:
+               kw_names: tuple, plan: BreakPlan, resumes: list, live: tuple[str, ...],
+               base: types.CodeType | None = None) -> types.CodeType:
     """The rewritten frame: run ``entry``, restore locals and stack, run ``plan.native``, then
     return the result of the resume function of the exit taken. ``resumes[k]`` is, for
     ``plan.exits[k]``, either a function (LOAD_CONST) or a code object needing the closure."""
@@ -324,8 +340,9 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
                         Instr("MAKE_FUNCTION", 0x08, lineno=eline)]
         else:
             fn_load = [Instr("LOAD_CONST", resume, lineno=eline)]
-        loads = [Instr("LOAD_FAST", _temp(s), lineno=eline) for s in range(exit_.depth)]
-        loads += [Instr("LOAD_FAST", n, lineno=eline) for n in live]
+        names = resume_params(base or code, exit_.depth, live)
+        temps = {stack_param(k): _temp(k) for k in range(exit_.depth)}
+        loads = [Instr("LOAD_FAST", temps.get(n, n), lineno=eline) for n in names]
         body += tail_call(fn_load, loads, eline)
         body.append(Instr("RETURN_VALUE", lineno=eline))
     bc.clear()

@@ -551,7 +551,24 @@ def setitem_input_slice(x, y):
     return x.sum()
 
 
+def no_grad_block(x, w):
+    with torch.no_grad():
+        y = x @ w
+    return y + x
+
+
+def local_imports(x):
+    import math
+
+    import torch.nn.functional
+    from torch.nn import functional as F
+
+    return F.relu(x) * math.pi + torch.nn.functional.gelu(x)
+
+
 CASES = [
+    (no_grad_block, lambda: (r(3, 3), r(3, 3))),
+    (local_imports, lambda: (r(3, 4),)),
     (op_add, lambda: (r(4, 5), r(4, 5))),
     (op_sub, lambda: (r(4, 5), r(5))),
     (op_mul, lambda: (r(4, 5), r(4, 1))),
@@ -683,8 +700,6 @@ NOT_IN_CORPUS = {
     "CACHE": "inline cache slots, never executed",
     "LOAD_NAME": "module and class bodies only",
     "LOAD_CLASSDEREF": "class bodies only",
-    "STORE_ATTR": "attribute writes fall back (test_fallbacks.py)",
-    "JUMP_BACKWARD_NO_INTERRUPT": "emitted only for yield from / await",
 }
 
 
@@ -696,17 +711,29 @@ def _opnames(code) -> set:
     return names
 
 
+def corpus_functions() -> list:
+    """Every function of the round-trip corpora: CASES here and in test_python_coverage.py
+    (generators, classes, super(), sets... live there)."""
+    import test_python_coverage as more
+
+    cases = CASES + more.CASES + more.OBJECT_CASES
+    return [case.values[0] if hasattr(case, "values") else case[0] for case in cases]
+
+
+def corpus_opnames() -> set:
+    used = set()
+    for fn in corpus_functions():
+        used |= _opnames(fn.__code__)
+    return used
+
+
 def test_corpus_covers_every_opcode_handler():
     from framejit.capture.interpreter import HANDLERS
 
-    used = set()
-    for case in CASES:
-        fn = case.values[0] if hasattr(case, "values") else case[0]
-        used |= _opnames(fn.__code__)
-    missing = set(HANDLERS) - used - set(NOT_IN_CORPUS)
+    missing = set(HANDLERS) - corpus_opnames() - set(NOT_IN_CORPUS)
     assert not missing, (
-        f"opcode handlers with no round trip in CASES: {sorted(missing)}; add a small function "
-        f"that uses each to CASES, or list it in NOT_IN_CORPUS with the reason"
+        f"opcode handlers with no round trip in the corpora: {sorted(missing)}; add a small "
+        f"function that uses each to CASES, or list it in NOT_IN_CORPUS with the reason"
     )
 
 

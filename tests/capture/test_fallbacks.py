@@ -51,8 +51,8 @@ def with_tolist(x):
     return torch.tensor(values) * 2
 
 
-def with_no_grad(x, w):
-    with torch.no_grad():  # <- break
+def with_autocast(x, w):
+    with torch.autocast("cpu"):  # <- break
         y = x @ w
     return y + 1
 
@@ -83,13 +83,13 @@ def counter_forward(module, x):
 
 
 # (name, function, make_args, words of the construct in the message, frames run as plain Python:
-# the `with` block's resume function starts at the `with`, which is not captured yet)
+# the autocast block's resume function starts at its `with`, which is not captured yet)
 FALLBACKS = [
     ("print", with_print, lambda: (torch.randn(3, 4),), "print()", 0),
     ("tensor_if", with_tensor_if, lambda: (torch.randn(3, 4),), "if tensor:", 0),
     ("item", with_item, lambda: (torch.randn(()),), "x.item()", 0),
     ("tolist", with_tolist, lambda: (torch.randn(3),), "x.tolist()", 0),
-    ("no_grad", with_no_grad, lambda: (torch.randn(3, 4), torch.randn(4, 2)), "with torch.no_grad()", 1),
+    ("autocast", with_autocast, lambda: (torch.randn(3, 4), torch.randn(4, 2)), "with torch.autocast(...)", 1),
     ("disabled_call", with_disabled_call, lambda: (torch.randn(3, 4),), "framejit.disable", 0),
     ("attribute_assignment", Counter.forward, lambda: (Counter(), torch.randn(2, 4)), "assigning .count", 0),
 ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from ...errors import Unsupported
 from ..interpreter import handler
 from ..values.base import NULL, ConstantValue
+from ..values.builtins import BuiltinValue
 from ..values.containers import DictValue, TupleValue
 from ..values.functions import NestedFunctionValue
+from ..values.instances import bind_super
 
 
 @handler("KW_NAMES")
@@ -68,6 +70,24 @@ def make_function(tx, inst):
                                 getattr(code, "co_qualname", code.co_name)))
 
 
+@handler("LOAD_SUPER_ATTR")
+def load_super_attr(tx, inst):
+    # 3.12+: `super().name` and `super(cls, self).name` in one instruction. Stack: the global
+    # `super`, the class (the __class__ cell, or the first argument), the object.
+    method, two_args, name = inst.arg
+    obj = tx.pop()
+    cls = tx.pop()
+    sup = tx.pop()
+    if isinstance(sup, BuiltinValue) and sup.fn is super:
+        bound = bind_super(cls.as_constant(), obj)
+    else:  # `super` rebound to something else: call it as written
+        bound = sup.call(tx, [cls, obj] if two_args else [], {})
+    attr = bound.getattr(tx, name)
+    if method:
+        tx.push(NULL)
+    tx.push(attr)
+
+
 @handler("CALL_INTRINSIC_1")
 def call_intrinsic_1(tx, inst):
     kind = int(inst.arg)
@@ -77,6 +97,8 @@ def call_intrinsic_1(tx, inst):
     elif kind == 6:  # INTRINSIC_LIST_TO_TUPLE
         items = tx.pop().iterate(tx)
         tx.push(TupleValue(items))
+    elif kind == 3:  # INTRINSIC_STOPITERATION_ERROR, in a generator's exception handler
+        raise Unsupported("a generator raising StopIteration (RuntimeError)")
     else:
         raise Unsupported(f"the Python operation CALL_INTRINSIC_1({kind})")
 

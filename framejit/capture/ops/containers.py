@@ -1,4 +1,5 @@
-"""Tuple, list, dict and slice literals; subscripts; unpacking; f-strings over known values."""
+"""Tuple, list, dict, set and slice literals; subscripts; unpacking; f-strings over known
+values."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from ...errors import Unsupported
 from ..interpreter import handler
 from ..values.base import ConstantValue, const
 from ..values.containers import DictValue, ListValue, TupleValue
+from ..values.pycollections import SetValue
 
 
 @handler("BUILD_TUPLE")
@@ -72,6 +74,26 @@ def dict_update(tx, inst):
     target.items.update(other.items)
 
 
+@handler("BUILD_SET")
+def build_set(tx, inst):
+    s = SetValue()
+    for v in tx.popn(inst.arg):
+        s.add(tx, v)
+    tx.push(s)
+
+
+@handler("SET_ADD")
+def set_add(tx, inst):
+    v = tx.pop()
+    tx.stack[-inst.arg].add(tx, v)
+
+
+@handler("SET_UPDATE")
+def set_update(tx, inst):
+    v = tx.pop()
+    tx.stack[-inst.arg].update(tx, v)
+
+
 @handler("BUILD_SLICE")
 def build_slice(tx, inst):
     parts = tx.popn(inst.arg)
@@ -94,6 +116,13 @@ def store_subscr(tx, inst):
     container = tx.pop()
     value = tx.pop()
     container.setitem(tx, key, value)
+
+
+@handler("DELETE_SUBSCR")
+def delete_subscr(tx, inst):
+    key = tx.pop()
+    container = tx.pop()
+    container.delitem(tx, key)
 
 
 @handler("BINARY_SLICE")

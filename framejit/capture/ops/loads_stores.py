@@ -212,3 +212,36 @@ def end_for(tx, inst):
     if not PY312_PLUS:
         return
     tx.pop()
+
+
+@handler("IMPORT_NAME")
+def import_name(tx, inst):
+    # Importing a module that is already imported has no effect but the lookup: capture that.
+    # A first import runs module code, which is not captured (the frame is split or eager).
+    import importlib
+    import sys
+
+    fromlist = tx.pop().as_constant()
+    level = tx.pop().as_constant()
+    name = inst.arg
+    if level != 0:
+        package = tx.f_globals.get("__package__") or ""
+        try:
+            name = importlib.util.resolve_name("." * level + inst.arg, package)
+        except (ImportError, ValueError) as e:
+            raise Unsupported(f"a relative import ({'.' * level}{inst.arg})") from e
+    module = sys.modules.get(name)
+    if module is None:
+        raise Unsupported(f"importing {name}, which is not imported yet", "import it at module level")
+    if not fromlist:
+        top = sys.modules.get(name.partition(".")[0])
+        if top is None:
+            raise Unsupported(f"importing {name}")
+        module = top if level == 0 else module
+    tx.push(wrap_sourceless(tx, module))
+
+
+@handler("IMPORT_FROM")
+def import_from(tx, inst):
+    module = tx.stack[-1]
+    tx.push(module.getattr(tx, inst.arg))

@@ -1,14 +1,16 @@
-"""Arithmetic, comparison, identity, membership and unary operators."""
+"""Arithmetic, comparison, identity, membership and unary operators.
+
+The semantics (``is`` decided only when the guards make it stable, ``==`` through ``__eq__``,
+``in`` item by item) live in ``values/pyops.py``; these handlers only move the stack.
+"""
 
 from __future__ import annotations
 
 import operator
 
-from ...errors import Unsupported
 from ..interpreter import handler
-from ..values.base import ConstantValue, const
-from ..values.containers import DictValue, SequenceValue
-from ..values.tensor import TensorValue
+from ..values.base import const
+from ..values.pyops import binary, contains, is_same
 
 _BINARY = {
     "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul,
@@ -30,8 +32,7 @@ _COMPARE = {"LT": operator.lt, "LE": operator.le, "EQ": operator.eq, "NE": opera
 def binary_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    fn = _BINARY[inst.arg.name]
-    tx.push(tx.apply_operator(fn, [a, b]))
+    tx.push(binary(tx, _BINARY[inst.arg.name], a, b))
 
 
 @handler("COMPARE_OP")
@@ -39,72 +40,21 @@ def compare_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
     name = inst.arg.name.replace("_CAST", "")
-    fn = _COMPARE[name]
-    if fn in (operator.eq, operator.ne) and not isinstance(a, TensorValue) and not isinstance(b, TensorValue):
-        same = _identity(a, b)
-        if same is not None and not (a.is_constant() and b.is_constant()):
-            tx.push(const(same if fn is operator.eq else not same))
-            return
-    tx.push(tx.apply_operator(fn, [a, b]))
-
-
-def _real(v):
-    for attr in ("module", "obj", "fn", "cls"):
-        if hasattr(v, attr) and type(v).__name__ != "MethodValue":
-            return getattr(v, attr)
-    if isinstance(v, ConstantValue):
-        return v.value
-    raise KeyError
-
-
-def _identity(a, b) -> bool | None:
-    """``a is b`` when it is known at capture time, else None."""
-    if a is b:
-        return True
-    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
-        if a.node is b.node:
-            return True
-        if a.source is not None and b.source is not None:
-            return None  # two inputs may be the same tensor: not decidable without a guard
-        return False
-    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
-        return False  # a tensor is never a constant, module or container
-    try:
-        return _real(a) is _real(b)
-    except KeyError:
-        return None
+    tx.push(binary(tx, _COMPARE[name], a, b))
 
 
 @handler("IS_OP")
 def is_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    same = _identity(a, b)
-    if same is None:
-        raise Unsupported(f"`is` between {a.describe()} and {b.describe()}")
-    tx.push(const(same != bool(inst.arg)))
+    tx.push(const(is_same(a, b, tx) != bool(inst.arg)))
 
 
 @handler("CONTAINS_OP")
 def contains_op(tx, inst):
     container = tx.pop()
     item = tx.pop()
-    if isinstance(container, DictValue):
-        found = container.contains(item)
-    elif isinstance(container, ConstantValue) and item.is_constant():
-        found = item.as_constant() in container.value
-    elif isinstance(container, SequenceValue) and item.is_constant():
-        v = item.as_constant()
-        found = False
-        for x in container.items:
-            if not x.is_constant():
-                raise Unsupported(f"`in` over {container.describe()}, which holds values that are not constants")
-            if x.as_constant() == v:
-                found = True
-                break
-    else:
-        raise Unsupported(f"`in` between {item.describe()} and {container.describe()}")
-    tx.push(const(found != bool(inst.arg)))
+    tx.push(const(contains(tx, container, item) != bool(inst.arg)))
 
 
 @handler("UNARY_NOT")
@@ -125,6 +75,3 @@ def unary_positive(tx, inst):
 @handler("UNARY_INVERT")
 def unary_invert(tx, inst):
     tx.push(tx.apply_operator(operator.invert, [tx.pop()]))
-
-
-__all__ = ["Unsupported"]

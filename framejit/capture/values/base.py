@@ -72,6 +72,19 @@ class Value:
             "item assignment into objects from outside the function is not captured yet",
         )
 
+    def delitem(self, tx: Translator, key: Value) -> None:
+        raise Unsupported(f"deleting an item of {self.describe()}")
+
+    def contains(self, tx: Translator, item: Value) -> bool:
+        """``item in self``."""
+        raise Unsupported(f"`in` between {item.describe()} and {self.describe()}")
+
+    def binary_op(self, tx: Translator, fn, other: Value, reflected: bool) -> Value | None:
+        """``self <fn> other`` (``other <fn> self`` when ``reflected``) for kinds that define
+        their own operators (sets, user classes); None when this kind leaves it to the default
+        rules (tensors become graph nodes, constants fold)."""
+        return None
+
     def reconstruct(self, cg) -> str:
         """A Python expression that produces this value in the generated entry function."""
         if self.source is not None:
@@ -125,7 +138,21 @@ class ConstantValue(Value):
         return [const(x) for x in items]
 
     def length(self, tx):
-        return len(self.value)
+        try:
+            return len(self.value)
+        except TypeError as e:
+            raise Unsupported(f"len() of {self.describe()} (TypeError)") from e
+
+    def contains(self, tx, item):
+        if item.is_constant():
+            try:
+                return item.as_constant() in self.value
+            except TypeError as e:
+                raise Unsupported(f"`in` {self.describe()} raises TypeError: {e}") from e
+        if isinstance(self.value, (tuple, list)):
+            from .pyops import sequence_contains
+            return sequence_contains(tx, [const(x) for x in self.value], item)
+        return super().contains(tx, item)
 
     def getitem(self, tx, key):
         from .builder import wrap_sourceless
@@ -172,14 +199,22 @@ class ConstantMethodValue(Value):
         from .builder import wrap_sourceless
 
         # as_constant() raises Unsupported for anything not known at capture time; lists of
-        # constants are fine here (the methods of immutable types do not mutate arguments).
-        a = [v.as_constant() for v in args]
-        k = {n: v.as_constant() for n, v in kwargs.items()}
+        # constants are fine here (the methods of immutable types do not mutate arguments), and
+        # iterators are read out (",".join(str(i) for i in range(3))).
+        a = [_constant_argument(tx, v) for v in args]
+        k = {n: _constant_argument(tx, v) for n, v in kwargs.items()}
         try:
             result = self.method(*a, **k)
         except Exception as e:
             raise Unsupported(f"{self.name}() raises {type(e).__name__}: {e}") from e
         return wrap_sourceless(tx, result)
+
+
+def _constant_argument(tx, v: Value):
+    from .containers import IteratorValue
+    if isinstance(v, IteratorValue):
+        return [x.as_constant() for x in v.iterate(tx)]
+    return v.as_constant()
 
 
 def const(value) -> ConstantValue:

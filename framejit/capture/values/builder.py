@@ -23,8 +23,9 @@ from ...errors import Unsupported
 from .. import guards as G
 from ..sources import ItemSource, Source
 from .base import ConstantValue, Value
+from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
-from .functions import BuiltinValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
+from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
@@ -54,7 +55,7 @@ def is_library_module(module: types.ModuleType) -> bool:
 def _is_constant(obj) -> bool:
     if isinstance(obj, _CONSTANT_TYPES):
         return True
-    if type(obj) is tuple:
+    if type(obj) in (tuple, frozenset):
         return all(_is_constant(x) for x in obj)
     return False
 
@@ -113,7 +114,7 @@ def _wrap(tx, obj, source: Source) -> Value:
     if isinstance(obj, enum.Enum):
         out.guards.add(G.IdGuard(source, obj))
         return ConstantValue(obj, source)
-    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES):
+    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
         out.guards.add(G.IdGuard(source, obj))
         return ClassValue(obj, source)
     if callable(obj):
@@ -134,7 +135,8 @@ def _wrap_callable(tx, obj, source) -> Value:
         if isinstance(obj, type) and issubclass(obj, nn.Module):
             return ClassValue(obj, source)
         return TorchFunctionValue(obj, source)
-    if obj in _BUILTIN_CALLABLES or getattr(obj, "__module__", None) in ("math", "_operator", "operator"):
+    if obj in _BUILTIN_CALLABLES or is_known_callable(obj) \
+            or getattr(obj, "__module__", None) in ("math", "_operator", "operator"):
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
         return UserFunctionValue(obj, source)
@@ -142,8 +144,8 @@ def _wrap_callable(tx, obj, source) -> Value:
         from .functions import MethodValue
         self_value = wrap(tx, obj.__self__, _SelfSource(source)) if source is not None else wrap_sourceless(tx, obj.__self__)
         return MethodValue(obj.__func__, self_value)
-    if isinstance(obj, functools.partial):
-        raise Unsupported("calling a functools.partial object", "support comes with issue #3")
+    if type(obj) is functools.partial:
+        return _wrap_partial(tx, obj, source)
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         raise Unsupported(f"calling the C function {getattr(obj, '__qualname__', obj)}()",
                           "framejit cannot see inside C functions that are not torch operations")
@@ -152,9 +154,31 @@ def _wrap_callable(tx, obj, source) -> Value:
     raise Unsupported(f"calling {obj!r}")
 
 
+def _wrap_partial(tx, obj: functools.partial, source) -> Value:
+    """A partial from outside: its function, arguments and keywords are read (and guarded)
+    through ``p.func``, ``p.args`` and ``p.keywords``."""
+    from ..sources import AttrSource
+
+    if source is None:
+        parts = [wrap_sourceless(tx, x) for x in (obj.func, obj.args, obj.keywords)]
+    else:
+        parts = [wrap(tx, getattr(obj, name), AttrSource(source, name)) for name in ("func", "args", "keywords")]
+    fn, args, keywords = parts
+    if not isinstance(keywords, DictValue):
+        raise Unsupported("calling a functools.partial whose keywords are not a plain dict")
+    return PartialValue(fn, args.iterate(tx), dict(keywords.items), source)
+
+
 def _SelfSource(source):
     from ..sources import AttrSource
     return AttrSource(source, "__self__")
+
+
+def borrowed(v, real):
+    """A list or dict reached without a source (a default argument, a library's constant): read
+    here but never mutated, and returned as the real object."""
+    v.real = real
+    return v
 
 
 def wrap_sourceless(tx, obj) -> Value:
@@ -170,14 +194,14 @@ def wrap_sourceless(tx, obj) -> Value:
         items = [wrap_sourceless(tx, x) for x in obj]
         return TupleValue(items)
     if t is list:
-        return ListValue([wrap_sourceless(tx, x) for x in obj])
+        return borrowed(ListValue([wrap_sourceless(tx, x) for x in obj]), obj)
     if t is dict:
-        return DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()})
+        return borrowed(DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()}), obj)
     if isinstance(obj, types.ModuleType):
         return PythonModuleValue(obj, None, trusted=True)
     if isinstance(obj, enum.Enum):
         return ConstantValue(obj)
-    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES):
+    if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
         return ClassValue(obj)
     if callable(obj):
         return _wrap_callable(tx, obj, None)

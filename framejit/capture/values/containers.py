@@ -35,7 +35,7 @@ class _Deferred:
         self._pending = None
         self._items = value
 
-    def defer(self, realize) -> "_Deferred":
+    def defer(self, realize) -> _Deferred:
         self._pending = realize
         return self
 
@@ -64,6 +64,28 @@ class SequenceValue(_Deferred, Value):
 
     def truthy(self, tx):
         return bool(self.items)
+
+    def contains(self, tx, item):
+        from .pyops import sequence_contains
+        return sequence_contains(tx, self.items, item)
+
+    def hasattr(self, tx, name):
+        # No instance attributes: everything comes from the class (named fields included).
+        return name in (getattr(self, "_names", None) or ()) or hasattr(self.python_type(), name)
+
+    def equals(self, tx, other) -> bool | None:
+        """``self == other`` against another sequence (None: not decided here)."""
+        from .pyops import items_equal
+        mine = issubclass(self.python_type(), tuple)
+        if isinstance(other, SequenceValue):
+            theirs, other_items = issubclass(other.python_type(), tuple), other.items
+        elif isinstance(other, ConstantValue) and type(other.value) in (tuple, list):
+            theirs, other_items = isinstance(other.value, tuple), [const(x) for x in other.value]
+        else:
+            return None
+        if mine != theirs:
+            return False  # a list never equals a tuple
+        return items_equal(tx, self.items, other_items)
 
     def _index(self, key: Value):
         k = key.as_constant()
@@ -109,6 +131,10 @@ class TupleValue(SequenceValue):
             return self.items[list(names).index(name)]
         if name in ("count", "index"):
             return BoundMethod(self, name)
+        if names and name in ("_asdict", "_replace"):
+            return BoundMethod(self, name)
+        if self.cls is not None and hasattr(self.cls, "_fields"):
+            return _namedtuple_class_attribute(tx, self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def reconstruct(self, cg):
@@ -118,8 +144,25 @@ class TupleValue(SequenceValue):
         body = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
         if self.cls is not None and self.cls is not tuple:
             ctor = cg.const_name(self.cls)
-            return f"{ctor}({body})" if _is_structseq(self.cls) else f"{ctor}(*{body})"
+            if _is_structseq(self.cls):
+                return f"{ctor}({body})"
+            # tuple.__new__ is what a named tuple's own __new__ calls; calling the class would
+            # run that Python __new__ in the entry function, where the hook would capture it.
+            return f"{cg.const_name(tuple.__new__)}({ctor}, {body})"
         return body
+
+
+def _namedtuple_class_attribute(tx, tup: TupleValue, name: str) -> Value:
+    """Methods, properties and class attributes of a named tuple class (``p.norm()``)."""
+    from .builder import wrap_sourceless
+    from .instances import _MISSING, bind_class_attribute, class_lookup
+
+    attr = class_lookup(tup.cls, name)
+    if attr is _MISSING or vars(tuple).get(name) is attr:
+        raise Unsupported(f"reading .{name} of {tup.describe()}")
+    if isinstance(attr, property):
+        return tx.inline_function(attr.fget, [tup], {})
+    return bind_class_attribute(tx, wrap_sourceless(tx, tup.cls), name, attr, tup)
 
 
 def _is_structseq(cls) -> bool:
@@ -127,8 +170,23 @@ def _is_structseq(cls) -> bool:
 
 
 class ListValue(SequenceValue):
-    __slots__ = ()
+    __slots__ = ("real",)
     kind = "list"
+
+    def __init__(self, items, source=None):
+        super().__init__(items, source)
+        #: The real list when this one was reached without a source (a default argument, a
+        #: list a library holds): read but never mutated here, and returned as itself.
+        self.real = None
+
+    @property
+    def borrowed(self) -> bool:
+        return self.real is not None
+
+    @property
+    def fresh(self) -> bool:
+        """Built in the frame: never an input, never identical to another value."""
+        return self.real is None
 
     def python_type(self):
         return list
@@ -140,7 +198,7 @@ class ListValue(SequenceValue):
         return False  # lists are mutable: never folded into a constant
 
     def _check_mutable(self, what: str):
-        if self.source is not None:
+        if self.source is not None or self.borrowed:
             raise Unsupported(
                 f"{what} on {self.describe()}, which comes from outside the compiled function",
                 "mutating lists from outside is not captured yet: build a new list instead",
@@ -148,7 +206,23 @@ class ListValue(SequenceValue):
 
     def setitem(self, tx, key, value):
         self._check_mutable("item assignment")
-        self.items[self._index(key)] = value
+        k = self._index(key)
+        if isinstance(k, slice):
+            try:
+                self.items[k] = value.iterate(tx)
+            except ValueError as e:
+                raise Unsupported(f"assigning a slice of {self.describe()} raises ValueError: {e}") from e
+            return
+        if not -len(self.items) <= k < len(self.items):
+            raise Unsupported(f"{self.describe()}[{k}] = ... is out of range (IndexError)")
+        self.items[k] = value
+
+    def delitem(self, tx, key):
+        self._check_mutable("del")
+        k = self._index(key)
+        if isinstance(k, int) and not -len(self.items) <= k < len(self.items):
+            raise Unsupported(f"del {self.describe()}[{k}] is out of range (IndexError)")
+        del self.items[k]
 
     def getattr(self, tx, name):
         if name in _LIST_METHODS:
@@ -158,21 +232,34 @@ class ListValue(SequenceValue):
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
+        if self.real is not None:
+            return cg.const_name(self.real)
         return cg.shared(self, lambda: "[" + ", ".join(cg.expr(v) for v in self.items) + "]")
 
 
-_LIST_METHODS = {"append", "extend", "insert", "pop", "index", "count", "reverse", "copy", "clear"}
-_MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", "setdefault", "popitem"}
+_LIST_METHODS = {"append", "extend", "insert", "pop", "index", "count", "reverse", "copy", "clear",
+                 "sort", "remove"}
+_MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", "setdefault", "popitem",
+             "sort", "remove"}
 
 
 class DictValue(_Deferred, Value):
     """A dict with constant keys."""
 
-    __slots__ = ("_items", "_pending")
+    __slots__ = ("_items", "_pending", "real")
 
     def __init__(self, items: dict, source=None):
         super().__init__(source)
         self.items = dict(items)
+        self.real = None  # as for ListValue
+
+    @property
+    def borrowed(self) -> bool:
+        return self.real is not None
+
+    @property
+    def fresh(self) -> bool:
+        return self.real is None
 
     def describe(self):
         return f"the dict {self.source.name()}" if self.source is not None else "a dict"
@@ -189,36 +276,77 @@ class DictValue(_Deferred, Value):
     def truthy(self, tx):
         return bool(self.items)
 
-    def contains(self, key: Value) -> bool:
-        return key.as_constant() in self.items
+    def contains(self, tx, key: Value) -> bool:
+        return _key(key) in self.items
+
+    def equals(self, tx, other) -> bool | None:
+        from .pyops import equals, identity
+        if isinstance(other, DictValue):
+            theirs = other.items
+        elif isinstance(other, ConstantValue) and type(other.value) is dict:
+            theirs = {k: const(v) for k, v in other.value.items()}
+        else:
+            return None
+        mine = self.items
+        if mine.keys() != theirs.keys():
+            return False
+        return all(identity(mine[k], theirs[k]) or equals(tx, mine[k], theirs[k]) for k in mine)
+
+    def hasattr(self, tx, name):
+        return hasattr(self.python_type(), name)
+
+    def as_constant(self):
+        return {k: v.as_constant() for k, v in self.items.items()}
+
+    def delitem(self, tx, key):
+        if self.source is not None or self.borrowed:
+            raise Unsupported(f"del on {self.describe()}, which comes from outside the compiled function")
+        k = _key(key)
+        if k not in self.items:
+            raise Unsupported(f"del {self.describe()}[{k!r}] raises KeyError")
+        del self.items[k]
 
     def getitem(self, tx, key):
-        k = key.as_constant()
+        k = _key(key)
         if k not in self.items:
             raise Unsupported(f"{self.describe()}[{k!r}] raises KeyError")
         return self.items[k]
 
     def setitem(self, tx, key, value):
-        if self.source is not None:
+        if self.source is not None or self.borrowed:
             raise Unsupported(f"item assignment on {self.describe()}, which comes from outside the compiled function")
         self.items[key.as_constant()] = value
 
     def getattr(self, tx, name):
-        if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "__contains__"):
+        if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "__contains__",
+                    "clear", "popitem"):
             return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
+        if self.real is not None:
+            return cg.const_name(self.real)
         return cg.shared(self, lambda: "{" + ", ".join(
             f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}")
+
+
+def _key(key: Value):
+    k = key.as_constant()
+    try:
+        hash(k)
+    except TypeError as e:
+        raise Unsupported(f"using the unhashable {type(k).__name__} as a dict key (TypeError)") from e
+    return k
 
 
 class IteratorValue(Value):
     """An iterator over a known list of values (from GET_ITER, iter(), zip(), enumerate()...)."""
 
     __slots__ = ("items", "pos")
+    #: Created during capture: never an input, never identical to another value.
+    fresh = True
 
     def __init__(self, items: list[Value]):
         super().__init__(None)
@@ -239,6 +367,21 @@ class IteratorValue(Value):
         rest = self.items[self.pos:]
         self.pos = len(self.items)
         return rest
+
+    def length(self, tx):
+        raise Unsupported(f"len() of {self.describe()} (TypeError: iterators have no len())")
+
+    def truthy(self, tx):
+        return True
+
+    def contains(self, tx, item):
+        from .pyops import equals, identity
+        while True:  # consumes the iterator up to the match, as Python does
+            v = self.next()
+            if v is None:
+                return False
+            if identity(v, item) or equals(tx, v, item):
+                return True
 
     def reconstruct(self, cg):
         # The items not yet consumed, as a real iterator (a for loop split by a graph break).
@@ -263,7 +406,7 @@ class BoundMethod(Value):
 
     def call(self, tx, args, kwargs):
         obj, name = self.obj, self.name
-        if name in _MUTATING and obj.source is not None:
+        if name in _MUTATING and (obj.source is not None or getattr(obj, "borrowed", False)):
             raise Unsupported(
                 f"calling .{name}() on {obj.describe()}, which comes from outside the compiled function",
                 "mutating containers from outside is not captured yet",
@@ -280,7 +423,23 @@ class BoundMethod(Value):
                 items.insert(args[0].as_constant(), args[1])
                 return const(None)
             if name == "pop":
-                return items.pop(args[0].as_constant() if args else -1)
+                i = args[0].as_constant() if args else -1
+                if not -len(items) <= i < len(items):
+                    raise Unsupported(f"{self.describe()}() out of range (IndexError)")
+                return items.pop(i)
+            if name == "sort":
+                from .builtins import sorted_values
+                if args:
+                    raise Unsupported("list.sort() takes keyword arguments only (TypeError)")
+                items[:] = sorted_values(tx, items, kwargs)
+                return const(None)
+            if name == "remove":
+                from .pyops import equals, identity
+                for i, v in enumerate(items):
+                    if identity(v, args[0]) or equals(tx, v, args[0]):
+                        del items[i]
+                        return const(None)
+                raise Unsupported(f"{self.describe()}(x) with x not in the list (ValueError)")
             if name == "reverse":
                 items.reverse()
                 return const(None)
@@ -290,8 +449,24 @@ class BoundMethod(Value):
             if name == "copy":
                 return ListValue(items)
         if isinstance(obj, SequenceValue) and name in ("index", "count"):
-            consts = [v.as_constant() for v in obj.items]
-            return const(getattr(consts, name)(*[a.as_constant() for a in args]))
+            from .pyops import equals, identity
+            if len(args) != 1 or kwargs:
+                raise Unsupported(f"{self.describe()}() with these arguments")
+            matches = [i for i, v in enumerate(obj.items) if identity(v, args[0]) or equals(tx, v, args[0])]
+            if name == "count":
+                return const(len(matches))
+            if not matches:
+                raise Unsupported(f"{self.describe()}(x) with x not in the sequence (ValueError)")
+            return const(matches[0])
+        if isinstance(obj, TupleValue) and name == "_asdict":
+            names = obj._names or obj.cls._fields
+            return DictValue(dict(zip(names, obj.items)))
+        if isinstance(obj, TupleValue) and name == "_replace":
+            names = list(obj._names or obj.cls._fields)
+            if args or set(kwargs) - set(names):
+                raise Unsupported(f"{self.describe()}() with these arguments (TypeError/ValueError)")
+            items = [kwargs.get(n, v) for n, v in zip(names, obj.items)]
+            return TupleValue(items, cls=obj.cls, names=obj._names)
         if isinstance(obj, DictValue):
             d = obj.items
             if name == "keys":
@@ -304,7 +479,15 @@ class BoundMethod(Value):
                 k = args[0].as_constant()
                 return d[k] if k in d else (args[1] if len(args) > 1 else const(None))
             if name == "__contains__":
-                return const(args[0].as_constant() in d)
+                return const(_key(args[0]) in d)
+            if name == "clear":
+                d.clear()
+                return const(None)
+            if name == "popitem":
+                if not d:
+                    raise Unsupported(f"{self.describe()}() on an empty dict (KeyError)")
+                k = next(reversed(d))
+                return TupleValue([const(k), d.pop(k)])
             if name == "copy":
                 return DictValue(d)
             if name == "update":

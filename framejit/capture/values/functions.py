@@ -3,17 +3,16 @@ Python builtins (folded over constants), and functions created inside the frame.
 
 from __future__ import annotations
 
-import builtins
+import functools
 import inspect
-import math
-import operator
 import types
 
 import torch
 
 from ...errors import Unsupported
-from .base import CellValue, ConstantValue, Value, const
-from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
+from .base import CellValue, Value, const
+from .containers import DictValue, SequenceValue, TupleValue
+from .contexts import CONTEXT_FACTORIES
 from .tensor import TensorValue, graph_call
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
@@ -54,6 +53,9 @@ class UserFunctionValue(Value):
 
     def python_type(self):
         return types.FunctionType
+
+    def pinned_object(self):
+        return self.fn  # guarded by identity when read from outside
 
     def call(self, tx, args, kwargs):
         return tx.inline_function(self.fn, args, kwargs, fn_source=self.source)
@@ -124,6 +126,44 @@ class MethodValue(Value):
         return call_callable(tx, fn, [self.obj, *args], kwargs)
 
 
+class PartialValue(Value):
+    """A ``functools.partial``: created in the frame, or read from outside (its ``func``,
+    ``args`` and ``keywords`` are then wrapped through their sources, so they are guarded)."""
+
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn: Value, args: list[Value], kwargs: dict[str, Value], source=None):
+        super().__init__(source)
+        self.fn = fn
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+
+    def describe(self):
+        return f"functools.partial({self.fn.describe()}, ...)"
+
+    def python_type(self):
+        return functools.partial
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def getattr(self, tx, name):
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleValue(self.args)
+        if name == "keywords":
+            return DictValue(self.kwargs)
+        raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.source_expr(self.source)
+        parts = [cg.expr(self.fn)] + [cg.expr(a) for a in self.args]
+        parts += [f"{k}={cg.expr(v)}" for k, v in self.kwargs.items()]
+        return f"{cg.const_name(functools.partial)}({', '.join(parts)})"
+
+
 # -- torch callables ---------------------------------------------------------------------------
 
 def _compiling_true():
@@ -151,8 +191,7 @@ for _name in ("torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling
 _TORCH_STATEFUL = {
     torch.manual_seed: "torch.manual_seed()", torch.seed: "torch.seed()",
     torch.set_rng_state: "torch.set_rng_state()", torch.get_rng_state: "torch.get_rng_state()",
-    torch.set_grad_enabled: "torch.set_grad_enabled()", torch.no_grad: "with torch.no_grad():",
-    torch.enable_grad: "with torch.enable_grad():", torch.set_default_dtype: "torch.set_default_dtype()",
+    torch.set_default_dtype: "torch.set_default_dtype()",
     torch.use_deterministic_algorithms: "torch.use_deterministic_algorithms()",
     torch.inference_mode: "with torch.inference_mode():", torch.autocast: "with torch.autocast(...):",
 }
@@ -191,6 +230,9 @@ class TorchFunctionValue(Value):
 
     def call(self, tx, args, kwargs):
         fn = self.fn
+        factory = CONTEXT_FACTORIES.get(fn)
+        if factory is not None:
+            return factory(tx, args, kwargs)
         if fn in _TORCH_STATEFUL:
             raise Unsupported(
                 f"{_TORCH_STATEFUL[fn]} inside the compiled function",
@@ -222,6 +264,9 @@ class TorchFunctionValue(Value):
 
     def as_constant(self):
         # A torch function or class is a fixed object (e.g. torch.Tensor in isinstance()).
+        return self.fn
+
+    def pinned_object(self):
         return self.fn
 
     def getattr(self, tx, name):
@@ -257,215 +302,6 @@ def _torch_name(fn) -> str:
     return f"{mod}.{name}"
 
 
-# -- Python builtins -----------------------------------------------------------------------------
-
-_PRINT_HINT = ("printing and logging run Python at call time; remove them from the compiled "
-               "function or call them outside it")
-
-
-class BuiltinValue(Value):
-    """A Python builtin or a function of ``math``/``operator``."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn, source=None):
-        super().__init__(source)
-        self.fn = fn
-
-    def describe(self):
-        return f"{getattr(self.fn, '__name__', self.fn)}()"
-
-    def python_type(self):
-        return type(self.fn)
-
-    def as_constant(self):
-        # A builtin is a fixed object (e.g. int and tuple in isinstance()).
-        return self.fn
-
-    def call(self, tx, args, kwargs):
-        fn = self.fn
-        handler = _BUILTIN_HANDLERS.get(fn)
-        if handler is not None:
-            return handler(tx, args, kwargs)
-        if fn in _OPERATORS_ON_VALUES:
-            return tx.apply_operator(fn, args)
-        if all(v.is_constant() for v in args) and all(v.is_constant() for v in kwargs.values()) \
-                and fn in _PURE_BUILTINS:
-            a, k = _constants(args, kwargs)
-            return const(fn(*a, **k))
-        if fn is builtins.print:
-            raise Unsupported("print()", _PRINT_HINT)
-        names = ", ".join(a.describe() for a in args)
-        raise Unsupported(f"calling {getattr(fn, '__name__', fn)}({names})")
-
-    def reconstruct(self, cg):
-        return cg.const_name(self.fn)
-
-
-_PURE_BUILTINS = {
-    abs, all, any, bool, callable, chr, divmod, float, format, frozenset, hash, int, isinstance,
-    issubclass, len, max, min, ord, pow, range, repr, round, slice, sorted, str, sum, tuple, type,
-    complex, bin, hex, oct,
-} | {getattr(math, n) for n in dir(math) if callable(getattr(math, n)) and not n.startswith("_")}
-_OPERATORS_ON_VALUES = {getattr(operator, n) for n in dir(operator)
-                        if not n.startswith("_") and callable(getattr(operator, n))} - {
-    operator.attrgetter, operator.itemgetter, operator.methodcaller}
-
-
-def _bi_len(tx, args, kwargs):
-    return const(args[0].length(tx))
-
-
-def _bi_isinstance(tx, args, kwargs):
-    typ = args[0].python_type()
-    return const(issubclass(typ, args[1].as_constant()))
-
-
-def _bi_type(tx, args, kwargs):
-    if len(args) != 1:
-        raise Unsupported("creating a class with type(name, bases, dict)")
-    return const(args[0].python_type())
-
-
-def _bi_getattr(tx, args, kwargs):
-    name = args[1].as_constant()
-    if len(args) > 2:
-        if not _has_attr(tx, args[0], name):
-            return args[2]
-    return args[0].getattr(tx, name)
-
-
-def _has_attr(tx, v: Value, name: str) -> bool:
-    probe = getattr(v, "hasattr", None)
-    if probe is not None:
-        return probe(tx, name)
-    if isinstance(v, ConstantValue):
-        return hasattr(v.value, name)
-    if isinstance(v, TensorValue):
-        return hasattr(v.example, name)
-    raise Unsupported(f"hasattr() on {v.describe()}")
-
-
-def _bi_hasattr(tx, args, kwargs):
-    return const(_has_attr(tx, args[0], args[1].as_constant()))
-
-
-def _bi_iter(tx, args, kwargs):
-    if isinstance(args[0], IteratorValue):
-        return args[0]
-    return IteratorValue(args[0].iterate(tx))
-
-
-def _bi_next(tx, args, kwargs):
-    it = args[0]
-    if not isinstance(it, IteratorValue):
-        raise Unsupported(f"next() on {it.describe()}")
-    v = it.next()
-    if v is None:
-        if len(args) > 1:
-            return args[1]
-        raise Unsupported("next() on an exhausted iterator (StopIteration)")
-    return v
-
-
-def _bi_enumerate(tx, args, kwargs):
-    start = (args[1] if len(args) > 1 else kwargs.get("start", const(0))).as_constant()
-    return IteratorValue([TupleValue([const(i + start), v]) for i, v in enumerate(args[0].iterate(tx))])
-
-
-def _bi_zip(tx, args, kwargs):
-    seqs = [a.iterate(tx) for a in args]
-    return IteratorValue([TupleValue(list(items)) for items in zip(*seqs)])
-
-
-def _bi_reversed(tx, args, kwargs):
-    return IteratorValue(list(reversed(args[0].iterate(tx))))
-
-
-def _bi_list(tx, args, kwargs):
-    return ListValue(args[0].iterate(tx) if args else [])
-
-
-def _bi_tuple(tx, args, kwargs):
-    if not args:
-        return const(())
-    items = args[0].iterate(tx)
-    if all(v.is_constant() for v in items):
-        return const(tuple(v.as_constant() for v in items))
-    return TupleValue(items)
-
-
-def _bi_dict(tx, args, kwargs):
-    d = DictValue({})
-    if args:
-        if isinstance(args[0], DictValue):
-            d.items.update(args[0].items)
-        else:
-            for pair in args[0].iterate(tx):
-                k, v = pair.iterate(tx)
-                d.items[k.as_constant()] = v
-    d.items.update(kwargs)
-    return d
-
-
-def _bi_bool(tx, args, kwargs):
-    return const(args[0].truthy(tx)) if args else const(False)
-
-
-def _numeric_cast(fn):
-    def handler(tx, args, kwargs):
-        if args and isinstance(args[0], TensorValue):
-            raise Unsupported(f"{fn.__name__}() of a tensor (reads its value into Python)",
-                              "keep the value as a tensor, or move this line outside the compiled function")
-        a, k = _constants(args, kwargs)
-        return const(fn(*a, **k))
-    return handler
-
-
-def _reduce_values(op):
-    def handler(tx, args, kwargs):
-        items = args[0].iterate(tx) if len(args) == 1 else list(args)
-        if all(v.is_constant() for v in items) and all(v.is_constant() for v in kwargs.values()):
-            a = [v.as_constant() for v in items]
-            k = {n: v.as_constant() for n, v in kwargs.items()}
-            return const(op(a, **k))
-        if op is sum:
-            acc = kwargs.get("start", args[1] if len(args) > 1 else const(0))
-            for v in items:
-                acc = tx.apply_operator(operator.add, [acc, v])
-            return acc
-        raise Unsupported(f"{op.__name__}() over tensors (compares tensor values in Python)",
-                          "use torch.max/torch.min/torch.any/torch.all on tensors")
-    return handler
-
-
-def _bi_abs(tx, args, kwargs):
-    if isinstance(args[0], TensorValue):
-        return graph_call(tx, "call_function", torch.abs, [args[0]], {})
-    return const(abs(args[0].as_constant()))
-
-
-def _bi_sorted(tx, args, kwargs):
-    items = args[0].iterate(tx)
-    if not all(v.is_constant() for v in items) or kwargs:
-        raise Unsupported("sorted() of values that are not plain constants")
-    return ListValue([const(x) for x in sorted(v.as_constant() for v in items)])
-
-
-def _bi_print(tx, args, kwargs):
-    raise Unsupported("print()", _PRINT_HINT)
-
-
-_BUILTIN_HANDLERS = {
-    len: _bi_len, isinstance: _bi_isinstance, type: _bi_type, getattr: _bi_getattr,
-    hasattr: _bi_hasattr, iter: _bi_iter, next: _bi_next, enumerate: _bi_enumerate, zip: _bi_zip,
-    reversed: _bi_reversed, list: _bi_list, tuple: _bi_tuple, dict: _bi_dict, bool: _bi_bool,
-    int: _numeric_cast(int), float: _numeric_cast(float), sum: _reduce_values(sum),
-    min: _reduce_values(min), max: _reduce_values(max), any: _reduce_values(any),
-    all: _reduce_values(all), abs: _bi_abs, sorted: _bi_sorted, print: _bi_print,
-}
-
-
 def call_callable(tx, fn, args, kwargs) -> Value:
     """Call a real (non-symbolic) callable with symbolic arguments."""
     from .builder import wrap_sourceless
@@ -473,6 +309,6 @@ def call_callable(tx, fn, args, kwargs) -> Value:
 
 
 __all__ = [
-    "UserFunctionValue", "NestedFunctionValue", "MethodValue", "TorchFunctionValue", "BuiltinValue",
+    "UserFunctionValue", "NestedFunctionValue", "MethodValue", "PartialValue", "TorchFunctionValue",
     "CellValue", "fold_call_allowed", "is_torch_callable", "call_callable",
 ]

@@ -75,11 +75,19 @@ class ModuleValue(Value):
             return wrap_sourceless(tx, attr.__func__)
         if isinstance(attr, classmethod):
             from .functions import MethodValue
-            return MethodValue(attr.__func__, const(type(mod)))
+            return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
         return wrap_sourceless(tx, getattr(mod, name))
 
     def hasattr(self, tx, name):
         return hasattr(self.module, name)
+
+    def pinned_object(self):
+        return self.module
+
+    def contains(self, tx, item):
+        if isinstance(self.module, nn.ModuleDict):
+            return item.as_constant() in self.module._modules
+        return super().contains(tx, item)
 
     def call(self, tx, args, kwargs):
         mod = self.module

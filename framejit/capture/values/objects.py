@@ -9,7 +9,7 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource
-from .base import Value, const
+from .base import Value
 
 _MISSING = object()
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
@@ -33,7 +33,22 @@ class UserObjectValue(Value):
     def python_type(self):
         return type(self.obj)
 
+    @property
+    def user_class(self) -> type:
+        return type(self.obj)
+
     def as_constant(self):
+        return self.obj
+
+    def pinned_object(self):
+        # Read from outside, only the type is guarded: another call may pass another object.
+        return self.obj if self.source is None else None
+
+    def pin(self, tx):
+        """Guard the object's identity (for an `is` that depends on it) and return it."""
+        if self.source is not None:
+            from ..guards import IdGuard
+            tx.output.guards.add(IdGuard(self.source, self.obj))
         return self.obj
 
     def getattr(self, tx, name):
@@ -59,7 +74,7 @@ class UserObjectValue(Value):
         if isinstance(static, staticmethod):
             return wrap_sourceless(tx, static.__func__)
         if isinstance(static, classmethod):
-            return MethodValue(static.__func__, const(cls))
+            return MethodValue(static.__func__, wrap_sourceless(tx, cls))
         if self.source is not None:
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         return wrap_sourceless(tx, getattr(obj, name))
@@ -72,6 +87,20 @@ class UserObjectValue(Value):
         if isinstance(call, types.FunctionType):
             return tx.inline_function(call, [self, *args], kwargs)
         return super().call(tx, args, kwargs)
+
+    def truthy(self, tx):
+        # An object is true unless its class says otherwise (__bool__, then __len__).
+        from .instances import _MISSING as missing
+        from .instances import class_lookup
+        for name in ("__bool__", "__len__"):
+            method = class_lookup(type(self.obj), name)
+            if method is missing:
+                continue
+            if isinstance(method, types.FunctionType):
+                result = tx.inline_function(method, [self], {}).as_constant()
+                return bool(result)
+            raise Unsupported(f"using {self.describe()} as a condition (its class defines {name})")
+        return True
 
 
 def _is_data_descriptor(attr) -> bool:
@@ -112,6 +141,9 @@ class PythonModuleValue(Value):
     def hasattr(self, tx, name):
         return hasattr(self.module, name)
 
+    def pinned_object(self):
+        return self.module
+
 
 class ClassValue(Value):
     """A user class: usable in ``isinstance``, attribute reads and method lookups."""
@@ -134,6 +166,12 @@ class ClassValue(Value):
     def as_constant(self):
         return self.cls
 
+    def pinned_object(self):
+        return self.cls
+
+    def hasattr(self, tx, name):
+        return hasattr(self.cls, name)
+
     def getattr(self, tx, name):
         from .builder import wrap, wrap_sourceless
         from .functions import MethodValue
@@ -151,8 +189,8 @@ class ClassValue(Value):
         return wrap_sourceless(tx, value)
 
     def call(self, tx, args, kwargs):
-        raise Unsupported(f"creating a {self.cls.__name__} object inside the compiled function",
-                          "create it outside and pass it in, or wait for object support (issue #3)")
+        from .instances import construct
+        return construct(tx, self, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.const_name(self.cls)

@@ -1,0 +1,479 @@
+"""Objects created during capture: instances of plain user classes (``__init__`` runs
+symbolically on an :class:`ObjectValue` whose attributes live in a dict of values), dataclasses,
+named tuples, and ``super()``.
+
+A class qualifies when creating and using its instances is ordinary Python that the capture can
+replay: metaclass ``type``, no ``__new__``, ``__getattribute__``, ``__setattr__`` or ``__del__``
+of its own (frozen dataclasses excepted), and no builtin base other than ``object``. Returned
+objects are rebuilt in the entry function with ``object.__new__`` and ``object.__setattr__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import types
+
+import torch
+
+from ...errors import Unsupported
+from .base import NONE, ConstantValue, Value, const
+from .containers import TupleValue
+
+_MISSING = object()
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def class_lookup(cls: type, name: str):
+    """What ``type(obj).name`` finds for an instance: the first class in the MRO defining it."""
+    for klass in cls.__mro__:
+        d = vars(klass)
+        if name in d:
+            return d[name]
+    return _MISSING
+
+
+def _is_data_descriptor(attr) -> bool:
+    return attr is not _MISSING and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
+
+
+def _frozen_dataclass(cls) -> bool:
+    params = getattr(cls, "__dataclass_params__", None)
+    return params is not None and params.frozen
+
+
+def plain_class_problem(cls: type) -> str | None:
+    """Why instances of ``cls`` cannot be created symbolically, or None when they can."""
+    if type(cls) is not type:
+        return f"its metaclass is {type(cls).__name__}"
+    for klass in cls.__mro__[:-1]:
+        if not klass.__flags__ & _HEAPTYPE:
+            return f"it derives from the builtin {klass.__name__}"
+    if cls.__new__ is not object.__new__:
+        return "it defines __new__"
+    if cls.__getattribute__ is not object.__getattribute__:
+        return "it customises attribute access (__getattribute__)"
+    if not _frozen_dataclass(cls):
+        if cls.__setattr__ is not object.__setattr__:
+            return "it defines __setattr__"
+        if cls.__delattr__ is not object.__delattr__:
+            return "it defines __delattr__"
+    if class_lookup(cls, "__del__") is not _MISSING:
+        return "it defines __del__"
+    return None
+
+
+def is_namedtuple_class(cls) -> bool:
+    new = getattr(cls, "__new__", None)
+    return (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+            and str(getattr(new, "__globals__", {}).get("__name__", "")).startswith("namedtuple_")
+            and cls.__init__ is object.__init__)
+
+
+def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """``cls(*args, **kwargs)`` for a user class (``cls_value`` is its ClassValue)."""
+    cls = cls_value.cls
+    if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+        raise Unsupported(f"creating the module {cls.__name__}() inside the compiled function",
+                          "create modules in __init__, outside the compiled function")
+    if is_namedtuple_class(cls):
+        return construct_namedtuple(tx, cls, args, kwargs)
+    problem = plain_class_problem(cls) if isinstance(cls, type) else "it is not a class"
+    if problem is not None:
+        raise Unsupported(f"creating a {getattr(cls, '__name__', cls)} object inside the compiled "
+                          f"function ({problem})",
+                          "create it outside and pass it in; objects of plain Python classes and "
+                          "dataclasses are captured")
+    obj = ObjectValue(cls_value)
+    init = class_lookup(cls, "__init__")
+    if init is object.__init__:
+        if args or kwargs:
+            raise Unsupported(f"{cls.__name__}() takes no arguments (TypeError)")
+    elif isinstance(init, types.FunctionType):
+        result = tx.inline_function(init, [obj, *args], kwargs)
+        if not (isinstance(result, ConstantValue) and result.value is None):
+            raise Unsupported(f"{cls.__name__}.__init__() returning a value (TypeError)")
+    else:
+        raise Unsupported(f"creating a {cls.__name__} object, whose __init__ is not Python code")
+    return obj
+
+
+def construct_namedtuple(tx, cls, args, kwargs) -> TupleValue:
+    from .builder import wrap_sourceless
+
+    fields = cls._fields
+    if len(args) > len(fields):
+        raise Unsupported(f"{cls.__name__}() takes {len(fields)} arguments but {len(args)} were given (TypeError)")
+    bound = dict(zip(fields, args))
+    for k, v in kwargs.items():
+        if k not in fields or k in bound:
+            raise Unsupported(f"{cls.__name__}() got an unexpected or repeated argument {k!r} (TypeError)")
+        bound[k] = v
+    items = []
+    for f in fields:
+        if f in bound:
+            items.append(bound[f])
+        elif f in cls._field_defaults:
+            items.append(wrap_sourceless(tx, cls._field_defaults[f]))
+        else:
+            raise Unsupported(f"{cls.__name__}() missing the argument {f!r} (TypeError)")
+    return TupleValue(items, cls=cls)
+
+
+def bind_class_attribute(tx, owner, name: str, attr, inst: Value) -> Value:
+    """``inst.name`` where the class attribute ``attr`` (not a data descriptor) was found on
+    ``inst``'s class; ``owner`` is the value of that class (ClassValue), for guarded reads."""
+    from .builder import wrap_sourceless
+    from .functions import MethodValue
+
+    if isinstance(attr, types.FunctionType):
+        return MethodValue(attr, inst)
+    if isinstance(attr, staticmethod):
+        return wrap_sourceless(tx, attr.__func__)
+    if isinstance(attr, classmethod):
+        return MethodValue(attr.__func__, owner)
+    if hasattr(type(attr), "__get__") and not isinstance(attr, type):
+        raise Unsupported(f"reading .{name} of {inst.describe()}, a {type(attr).__name__} descriptor")
+    return owner.getattr(tx, name)
+
+
+class ObjectValue(Value):
+    """An instance of a plain user class created in the frame (see the module docstring)."""
+
+    __slots__ = ("cls_value", "attrs")
+    fresh = True
+
+    def __init__(self, cls_value):
+        super().__init__(None)
+        self.cls_value = cls_value
+        self.attrs: dict[str, Value] = {}
+
+    @property
+    def user_class(self) -> type:
+        return self.cls_value.cls
+
+    def describe(self):
+        return f"the {self.user_class.__name__} object created in the compiled function"
+
+    def python_type(self):
+        return self.user_class
+
+    # -- attributes ------------------------------------------------------------------------------
+    def getattr(self, tx, name):
+        cls = self.user_class
+        if name == "__class__":
+            return self.cls_value
+        static = class_lookup(cls, name)
+        if _is_data_descriptor(static):
+            if isinstance(static, property):
+                if static.fget is None:
+                    raise Unsupported(f"reading the write-only property .{name} (AttributeError)")
+                return tx.inline_function(static.fget, [self], {})
+            if isinstance(static, types.MemberDescriptorType) and name in self.attrs:
+                return self.attrs[name]
+            raise Unsupported(f"reading .{name} of {self.describe()}")
+        if name in self.attrs:
+            return self.attrs[name]
+        if static is _MISSING:
+            if class_lookup(cls, "__getattr__") is not _MISSING:
+                raise Unsupported(f"reading .{name} of {self.describe()}, whose class defines __getattr__")
+            raise Unsupported(f"{self.describe()} has no attribute {name!r} (AttributeError)")
+        return bind_class_attribute(tx, self.cls_value, name, static, self)
+
+    def hasattr(self, tx, name):
+        if name in self.attrs or name == "__class__":
+            return True
+        static = class_lookup(self.user_class, name)
+        if isinstance(static, property) or class_lookup(self.user_class, "__getattr__") is not _MISSING:
+            raise Unsupported(f"hasattr() on .{name} of {self.describe()}")
+        if isinstance(static, types.MemberDescriptorType):
+            return False
+        return static is not _MISSING
+
+    def setattr(self, tx, name, value):
+        if _frozen_dataclass(self.user_class):
+            raise Unsupported(f"assigning .{name} of the frozen dataclass {self.user_class.__name__} "
+                              "(FrozenInstanceError)")
+        self.object_setattr(tx, name, value)
+
+    def object_setattr(self, tx, name: str, value: Value):
+        """``object.__setattr__(self, name, value)``: through a property's setter or a slot,
+        else into the instance dict."""
+        cls = self.user_class
+        static = class_lookup(cls, name)
+        if _is_data_descriptor(static):
+            if isinstance(static, property):
+                if static.fset is None:
+                    raise Unsupported(f"assigning the read-only property .{name} (AttributeError)")
+                tx.inline_function(static.fset, [self, value], {})
+                return
+            if not isinstance(static, types.MemberDescriptorType):
+                raise Unsupported(f"assigning .{name} of {self.describe()}")
+        elif class_lookup(cls, "__dict__") is _MISSING:
+            raise Unsupported(f"assigning .{name} of {self.describe()}, whose class has __slots__ "
+                              "without it (AttributeError)")
+        self.attrs[name] = value
+
+    def delattr(self, tx, name):
+        if _frozen_dataclass(self.user_class) or _is_data_descriptor(class_lookup(self.user_class, name)):
+            raise Unsupported(f"deleting .{name} of {self.describe()}")
+        if name not in self.attrs:
+            raise Unsupported(f"deleting the missing attribute .{name} (AttributeError)")
+        del self.attrs[name]
+
+    # -- protocols through the class's Python methods -------------------------------------------
+    def _dunder(self, name: str):
+        method = class_lookup(self.user_class, name)
+        return method if isinstance(method, types.FunctionType) else None
+
+    def _call_dunder(self, tx, name: str, args, what: str):
+        method = self._dunder(name)
+        if method is None:
+            raise Unsupported(f"{what} {self.describe()}, whose class has no Python {name}")
+        return tx.inline_function(method, [self, *args], {})
+
+    def call(self, tx, args, kwargs):
+        method = self._dunder("__call__")
+        if method is None:
+            raise Unsupported(f"calling {self.describe()} (TypeError: not callable)")
+        return tx.inline_function(method, [self, *args], kwargs)
+
+    def truthy(self, tx):
+        if self._dunder("__bool__") is not None:
+            return self._call_dunder(tx, "__bool__", [], "bool() of").as_constant() is True
+        if self._dunder("__len__") is not None:
+            return self.length(tx) != 0
+        if class_lookup(self.user_class, "__bool__") is not _MISSING or \
+                class_lookup(self.user_class, "__len__") is not _MISSING:
+            raise Unsupported(f"using {self.describe()} as a condition")
+        return True
+
+    def length(self, tx):
+        n = self._call_dunder(tx, "__len__", [], "len() of").as_constant()
+        if not isinstance(n, int) or n < 0:
+            raise Unsupported(f"len() of {self.describe()} returning {n!r} (TypeError/ValueError)")
+        return n
+
+    def iterate(self, tx):
+        return self._call_dunder(tx, "__iter__", [], "iterating over").iterate(tx)
+
+    def getitem(self, tx, key):
+        return self._call_dunder(tx, "__getitem__", [key], "indexing")
+
+    def setitem(self, tx, key, value):
+        self._call_dunder(tx, "__setitem__", [key, value], "assigning an item of")
+
+    def contains(self, tx, item):
+        if self._dunder("__contains__") is not None:
+            return self._call_dunder(tx, "__contains__", [item], "`in` on").truthy(tx)
+        from .pyops import sequence_contains
+        return sequence_contains(tx, self.iterate(tx), item)
+
+    def binary_op(self, tx, fn, other, reflected):
+        names = _DUNDERS.get(fn)
+        if names is None:
+            return None
+        for name in (names[1],) if reflected else (names[0], names[2]):
+            if name is None:
+                continue
+            method = self._dunder(name)
+            if method is not None:
+                r = tx.inline_function(method, [self, other], {})
+                if not (isinstance(r, ConstantValue) and r.value is NotImplemented):
+                    return r
+        return None
+
+    def reconstruct(self, cg):
+        if id(self) in _building:
+            raise Unsupported(f"returning {self.describe()}, which refers to itself")
+        _building.add(id(self))
+        try:
+            return cg.shared(self, lambda: f"{cg.const_name(rebuild_object)}({cg.expr(self.cls_value)}, {{"
+                             + ", ".join(f"{k!r}: {cg.expr(v)}" for k, v in self.attrs.items()) + "})")
+        finally:
+            _building.discard(id(self))
+
+
+_building: set[int] = set()
+
+
+def rebuild_object(cls, attrs: dict):
+    """Used by entry functions: an object of ``cls`` with these attributes, without __init__."""
+    obj = object.__new__(cls)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+# operator -> (method, reflected method, in-place method)
+_DUNDERS = {
+    operator.add: ("__add__", "__radd__", None), operator.sub: ("__sub__", "__rsub__", None),
+    operator.mul: ("__mul__", "__rmul__", None), operator.truediv: ("__truediv__", "__rtruediv__", None),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__", None), operator.mod: ("__mod__", "__rmod__", None),
+    operator.pow: ("__pow__", "__rpow__", None), operator.matmul: ("__matmul__", "__rmatmul__", None),
+    operator.and_: ("__and__", "__rand__", None), operator.or_: ("__or__", "__ror__", None),
+    operator.xor: ("__xor__", "__rxor__", None),
+    operator.iadd: ("__iadd__", "__radd__", "__add__"), operator.isub: ("__isub__", "__rsub__", "__sub__"),
+    operator.imul: ("__imul__", "__rmul__", "__mul__"),
+    operator.itruediv: ("__itruediv__", "__rtruediv__", "__truediv__"),
+    operator.lt: ("__lt__", "__gt__", None), operator.le: ("__le__", "__ge__", None),
+    operator.gt: ("__gt__", "__lt__", None), operator.ge: ("__ge__", "__le__", None),
+}
+
+
+# -- super() ----------------------------------------------------------------------------------------
+
+class SuperValue(Value):
+    """``super(start, obj)``: attribute lookups start after ``start`` in the MRO of ``obj``'s
+    class (or of ``obj`` itself when it is a class, as in a classmethod)."""
+
+    __slots__ = ("start", "obj", "mro_of", "obj_is_class")
+
+    def __init__(self, start: type, obj: Value, mro_of: type, obj_is_class: bool):
+        super().__init__(None)
+        self.start = start
+        self.obj = obj
+        self.mro_of = mro_of
+        self.obj_is_class = obj_is_class
+
+    def describe(self):
+        return f"super({self.start.__name__}, ...)"
+
+    def python_type(self):
+        return super
+
+    def getattr(self, tx, name):
+        from .builder import wrap_sourceless
+        from .functions import MethodValue, PartialValue
+
+        mro = self.mro_of.__mro__
+        for klass in mro[mro.index(self.start) + 1:]:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                break
+        else:
+            raise Unsupported(f"super() has no attribute {name!r} (AttributeError)")
+        owner = self.obj if self.obj_is_class else (getattr(self.obj, "cls_value", None)
+                                                    or wrap_sourceless(tx, self.mro_of))
+        if isinstance(attr, types.FunctionType):
+            return wrap_sourceless(tx, attr) if self.obj_is_class else MethodValue(attr, self.obj)
+        if isinstance(attr, staticmethod):
+            return wrap_sourceless(tx, attr.__func__)
+        if isinstance(attr, classmethod):
+            return MethodValue(attr.__func__, owner)
+        if isinstance(attr, property) and not self.obj_is_class and attr.fget is not None:
+            return tx.inline_function(attr.fget, [self.obj], {})
+        if (attr is object.__init__ or attr is object.__setattr__) and not self.obj_is_class:
+            return PartialValue(wrap_sourceless(tx, attr), [self.obj], {})
+        if hasattr(type(attr), "__get__") and not isinstance(attr, type):
+            raise Unsupported(f"super().{name}, a {type(attr).__name__} descriptor")
+        return wrap_sourceless(tx, attr)
+
+
+def bind_super(start, obj: Value) -> SuperValue:
+    if not isinstance(start, type):
+        raise Unsupported("super() whose first argument is not a class (TypeError)")
+    t = obj.python_type()
+    if isinstance(t, type) and issubclass(t, start):
+        return SuperValue(start, obj, t, obj_is_class=False)
+    real = obj.as_constant() if isinstance(obj, Value) and obj.is_constant() else None
+    if isinstance(real, type) and issubclass(real, start):
+        return SuperValue(start, obj, real, obj_is_class=True)
+    raise Unsupported(f"super({start.__name__}, {obj.describe()}): the object is not an instance "
+                      "or subclass of the class (TypeError)")
+
+
+def make_super(tx, args, kwargs) -> SuperValue:
+    """``super()`` (reading ``__class__`` and the first argument of the calling frame, as Python
+    does) and ``super(cls, obj)``."""
+    if kwargs:
+        raise Unsupported("super() with keyword arguments (TypeError)")
+    if len(args) == 2:
+        return bind_super(args[0].as_constant(), args[1])
+    if args:
+        raise Unsupported("super() with one argument (an unbound super object)")
+    cell = tx.cells.get("__class__")
+    code = tx.code
+    if cell is None or code.co_argcount == 0:
+        raise Unsupported("super() outside a method (RuntimeError: super(): no arguments)")
+    start = _cell_contents(tx, cell).as_constant()
+    first = code.co_varnames[0]
+    if first in code.co_cellvars and first in tx.cells:
+        obj = tx.cells[first].contents
+        if obj is None:
+            raise Unsupported("super() after its first argument was deleted (RuntimeError)")
+    else:
+        obj = tx.load_local(first)
+    return bind_super(start, obj)
+
+
+def _cell_contents(tx, cell) -> Value:
+    from .builder import wrap, wrap_sourceless
+
+    real = getattr(cell, "cell", None)
+    if real is None:
+        if cell.contents is None:
+            raise Unsupported("super() in a class defined inside the compiled function")
+        return cell.contents
+    try:
+        contents = real.cell_contents
+    except ValueError as e:
+        raise Unsupported("super() before its class was created (RuntimeError)") from e
+    source = getattr(cell, "cell_source", None)
+    return wrap(tx, contents, source) if source is not None else wrap_sourceless(tx, contents)
+
+
+# -- object.__setattr__ / __new__ / __init__ as called by dataclasses and user code ---------------
+
+def object_setattr(tx, args, kwargs):
+    if kwargs or len(args) != 3:
+        raise Unsupported("object.__setattr__() with these arguments (TypeError)")
+    target, name, value = args
+    setter = getattr(target, "object_setattr", None)
+    if setter is None:
+        raise Unsupported(f"object.__setattr__() on {target.describe()}",
+                          "attribute writes are captured on objects created in the compiled function")
+    setter(tx, name.as_constant(), value)
+    return NONE
+
+
+def object_new(tx, args, kwargs):
+    cls_value = args[0] if args else None
+    cls = cls_value.as_constant() if cls_value is not None and cls_value.is_constant() else None
+    if not isinstance(cls, type) or kwargs or len(args) != 1 or is_namedtuple_class(cls):
+        raise Unsupported("object.__new__() with these arguments")
+    problem = plain_class_problem(cls)
+    if problem is not None:
+        raise Unsupported(f"object.__new__({cls.__name__}) ({problem})")
+    from .objects import ClassValue
+    return ObjectValue(cls_value if isinstance(cls_value, ClassValue) else ClassValue(cls))
+
+
+def object_init(tx, args, kwargs):
+    if len(args) != 1 or kwargs:
+        raise Unsupported("object.__init__() with arguments (TypeError)")
+    return NONE
+
+
+def dataclass_fields_replace(tx, args, kwargs):
+    """``dataclasses.replace(obj, **changes)`` on a dataclass object created in the frame."""
+    if len(args) != 1 or not isinstance(args[0], ObjectValue) or not dataclasses.is_dataclass(args[0].user_class):
+        raise Unsupported("dataclasses.replace() on this value")
+    obj = args[0]
+    cls = obj.user_class
+    init_kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            if f.name in kwargs:
+                raise Unsupported(f"dataclasses.replace() of the non-init field {f.name!r} (ValueError)")
+            continue
+        init_kwargs[f.name] = kwargs[f.name] if f.name in kwargs else obj.getattr(tx, f.name)
+    return construct(tx, obj.cls_value, [], init_kwargs)
+
+
+CONSTRUCTORS = {
+    object.__setattr__: object_setattr, object.__new__: object_new, object.__init__: object_init,
+    dataclasses.replace: dataclass_fields_replace,
+}
+
+__all__ = ["ObjectValue", "SuperValue", "construct", "make_super", "const"]
