@@ -88,6 +88,12 @@ def decode(code: types.CodeType) -> list[Inst]:
     return insts
 
 
+def _star_arg_names(code) -> tuple[str, ...]:
+    names = compat.arg_slot_names(code)
+    n = code.co_argcount + code.co_kwonlyargcount
+    return names[n:]
+
+
 class BreakHere(Exception):
     """Raised by the root translator when it reaches its ``break_at`` instruction."""
 
@@ -155,6 +161,10 @@ class Translator:
         if v is None:
             if name in self.lazy_args:
                 v = wrap(self, self.lazy_args.pop(name), LocalSource(name))
+                if self.parent is None and name in _star_arg_names(self.code):
+                    # The compiled frame's own *args tuple and **kwargs dict are made fresh by
+                    # each call: mutating them is local to the frame, so it is captured.
+                    v.source = None
                 self.locals[name] = v
             else:
                 raise Unsupported(f"local variable {name!r} referenced before assignment")

@@ -30,7 +30,8 @@ from .modules import ModuleValue
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
-                   torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice)
+                   torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice,
+                   types.CodeType)
 _BUILTIN_CALLABLES = {v for v in vars(builtins).values() if callable(v)}
 _MODULE_FUNCS = (math, operator)
 

@@ -61,7 +61,7 @@ class UserFunctionValue(Value):
         return tx.inline_function(self.fn, args, kwargs, fn_source=self.source)
 
     def getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return const(getattr(self.fn, name))
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
@@ -180,6 +180,8 @@ _TORCH_FOLD = {
 _TORCH_FALSE = {torch.overrides.has_torch_function, torch.overrides.has_torch_function_unary,
                 torch.overrides.has_torch_function_variadic, torch.jit.is_scripting,
                 torch.jit.is_tracing}
+if hasattr(torch.compiler, "is_exporting"):
+    _TORCH_FALSE.add(torch.compiler.is_exporting)
 _TORCH_TRUE = set()
 for _name in ("torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
               "torch._dynamo.is_compiling", "torch._utils.is_compiling"):

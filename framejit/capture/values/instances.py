@@ -365,9 +365,30 @@ class SuperValue(Value):
             return tx.inline_function(attr.fget, [self.obj], {})
         if (attr is object.__init__ or attr is object.__setattr__) and not self.obj_is_class:
             return PartialValue(wrap_sourceless(tx, attr), [self.obj], {})
+        if attr is object.__getattribute__ and not self.obj_is_class \
+                and hasattr(self.obj, "generic_getattr"):
+            return _GenericGetattr(self.obj)
         if hasattr(type(attr), "__get__") and not isinstance(attr, type):
             raise Unsupported(f"super().{name}, a {type(attr).__name__} descriptor")
         return wrap_sourceless(tx, attr)
+
+
+class _GenericGetattr(Value):
+    """``super().__getattribute__`` reaching ``object.__getattribute__``: the standard lookup."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        super().__init__(None)
+        self.obj = obj
+
+    def describe(self):
+        return "object.__getattribute__"
+
+    def call(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs:
+            raise Unsupported("object.__getattribute__ called with unusual arguments")
+        return self.obj.generic_getattr(tx, args[0].as_constant())
 
 
 def bind_super(start, obj: Value) -> SuperValue:

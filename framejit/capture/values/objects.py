@@ -58,7 +58,17 @@ class UserObjectValue(Value):
         obj = self.obj
         cls = type(obj)
         if cls.__getattribute__ not in _GENERIC_GETATTRIBUTE:
-            raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
+            return self._getattr_through_class(tx, name)
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name):
+        """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
+        overrides (what ``super().__getattribute__(name)`` reaches)."""
+        from .builder import wrap, wrap_sourceless
+        from .functions import MethodValue
+
+        obj = self.obj
+        cls = type(obj)
         static = inspect.getattr_static(cls, name, _MISSING)
         if isinstance(static, property):
             return tx.inline_function(static.fget, [self], {})
@@ -78,6 +88,26 @@ class UserObjectValue(Value):
         if self.source is not None:
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         return wrap_sourceless(tx, getattr(obj, name))
+
+    def _getattr_through_class(self, tx, name):
+        """Attribute reads of a class with its own ``__getattribute__`` (transformers' configs map
+        names that way): read the real attribute now, and guard the value read the same way on
+        every call, so the answer is only reused while that read still gives it."""
+        from .builder import wrap
+        from .functions import MethodValue
+
+        if self.source is None:
+            raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
+        try:
+            value = getattr(self.obj, name)
+        except AttributeError as e:
+            raise Unsupported(f"{self.describe()} has no attribute {name!r}") from e
+        if isinstance(value, types.MethodType) and value.__self__ is self.obj \
+                and isinstance(value.__func__, types.FunctionType):
+            return MethodValue(value.__func__, self)
+        if callable(value) and not isinstance(value, type):
+            raise Unsupported(f"calling .{name} of {self.describe()}, whose class customises attribute access")
+        return wrap(tx, value, AttrSource(self.source, name))
 
     def hasattr(self, tx, name):
         return hasattr(self.obj, name)
