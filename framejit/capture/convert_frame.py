@@ -333,6 +333,11 @@ def _split_frame(ctx, code, func, tx, label):
     bound = (set(tx.locals) | set(tx.lazy_args)) - {n for n in order if is_internal_name(n)}
     live = tuple(sorted(bound, key=lambda n: order.get(n, len(order))))
     local_names = [n for n in local_names if n in bound]
+    # A loop's iterator on the stack crosses the break as a list of what is left (the resume
+    # function turns it back into an iterator); an iterator in a local stays an iterator.
+    on_stack = {id(v) for v in tx.stack if isinstance(v, IteratorValue)}
+    if any(id(tx.locals[n]) in on_stack for n in local_names):
+        raise Unsupported("a graph break while a loop's iterator is also held in a variable")
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
     values = [tx.locals[n] for n in local_names] + stack

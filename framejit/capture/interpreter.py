@@ -269,7 +269,8 @@ def sequence_operator(tx, fn, args: list[Value]) -> Value:
     """``+``, ``*`` and comparisons on tuples and lists holding symbolic values."""
     if len(args) == 2:
         a, b = args
-        if fn in (operator.add, operator.iadd) and isinstance(a, SequenceValue) and isinstance(b, SequenceValue):
+        if fn in (operator.add, operator.iadd) and isinstance(a, SequenceValue) and isinstance(b, SequenceValue) \
+                and isinstance(a, ListValue) == isinstance(b, ListValue):  # [x] + (y,) is a TypeError
             if isinstance(a, ListValue) and fn is operator.iadd:
                 a._check_mutable("+=")
                 a.items.extend(b.items)
@@ -353,16 +354,15 @@ _OPCODE_WORDS = {
     "PUSH_EXC_INFO": "an `except` handler",
     "IMPORT_NAME": "an import statement",
     "IMPORT_FROM": "an import statement",
-    "YIELD_VALUE": "yield",
     "GET_AWAITABLE": "await",
+    "GET_AITER": "async for",
+    "GET_ANEXT": "async for",
+    "YIELD_VALUE": "yield outside a generator framejit can run",
     "SETUP_ANNOTATIONS": "a variable annotation at module level",
     "STORE_GLOBAL": "assigning a global variable",
     "DELETE_GLOBAL": "deleting a global variable",
     "STORE_ATTR": "assigning an attribute",
     "DELETE_ATTR": "deleting an attribute",
-    "BUILD_SET": "a set literal",
-    "SET_ADD": "a set comprehension",
-    "SET_UPDATE": "a set literal",
     "LOAD_BUILD_CLASS": "a class definition",
     "MATCH_CLASS": "a match statement",
     "MATCH_MAPPING": "a match statement",
