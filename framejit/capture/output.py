@@ -24,6 +24,7 @@ from ..errors import BackendError, Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from .guards import GuardSet
+from .side_effects import SideEffects
 from .sources import ConstNames, Source, SourceLoader
 from .values.tensor import TensorValue, meta_from_real
 
@@ -44,6 +45,8 @@ class OutputGraph:
         #: Grad mode when capture started; the graph may switch it (``with torch.no_grad()``).
         self.initial_grad_mode = torch.is_grad_enabled()
         self.switches_grad_mode = False
+        #: Writes to the world outside the frame, replayed after the graph.
+        self.side_effects = SideEffects()
 
     def set_grad_mode(self, enabled: bool) -> None:
         """Switch grad mode for real while capturing (so meta results match eager) and note that
@@ -99,6 +102,7 @@ class OutputGraph:
         lines = []
         cg = EntryCodegen(argnames, lines)
         exprs = [v.reconstruct(cg) for v in values]
+        replay = self.side_effects.replay_lines(cg)
         if as_tuple:
             ret = "(" + "".join(e + ", " for e in exprs) + ")"
         else:
@@ -108,9 +112,9 @@ class OutputGraph:
             raise Unsupported("a grad mode change that outlives the compiled function "
                               "(torch.set_grad_enabled() outside a `with`)",
                               "use `with torch.no_grad():` inside, or switch grad mode before the call")
-        has_work = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
+        has_graph = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
         gm = compiled = None
-        if has_work:
+        if has_graph:
             graph.output(tuple(cg.graph_outputs))
             graph.eliminate_dead_code()
             self._prune_unused_inputs()
@@ -128,8 +132,10 @@ class OutputGraph:
                           f"finally:\n        {cg.const_name(torch._C._set_grad_enabled)}(___grad)"]
             else:
                 lines.append(f"___o = {call}")
-        # Rebuilt containers use graph outputs, so they come after the graph call.
+        # Rebuilt containers use graph outputs, so they come after the graph call; then the
+        # writes to the world outside, in the order the function made them.
         lines.extend(cg.post_lines)
+        lines.extend(replay)
         lines.append(f"return {ret}")
         fn_name = f"___entry_{next(_entry_ids)}"
         body = "\n    ".join(lines)

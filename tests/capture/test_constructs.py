@@ -557,6 +557,15 @@ def no_grad_block(x, w):
     return y + x
 
 
+_WRITES = 0
+
+
+def global_write(x):
+    global _WRITES
+    _WRITES = _WRITES + 1
+    return x * 2
+
+
 def local_imports(x):
     import math
 
@@ -569,6 +578,7 @@ def local_imports(x):
 CASES = [
     (no_grad_block, lambda: (r(3, 3), r(3, 3))),
     (local_imports, lambda: (r(3, 4),)),
+    (global_write, lambda: (r(3),)),
     (op_add, lambda: (r(4, 5), r(4, 5))),
     (op_sub, lambda: (r(4, 5), r(5))),
     (op_mul, lambda: (r(4, 5), r(4, 1))),

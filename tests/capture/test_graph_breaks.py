@@ -127,7 +127,7 @@ class Logged(nn.Module):
         return self.b(h)
 
 
-def test_module_forward_with_side_effect_breaks_and_mutates_like_eager(stats):
+def test_module_forward_with_side_effect_is_one_graph_and_mutates_like_eager(stats):
     model = Logged()
     reference = copy.deepcopy(model)
     compiled = framejit.compile(model)
@@ -135,7 +135,8 @@ def test_module_forward_with_side_effect_breaks_and_mutates_like_eager(stats):
     for _ in range(2):
         assert_close_to_eager(compiled(x), reference(x))
     assert model.seen == reference.seen == [(2, 4), (2, 4)]
-    assert stats.graph_breaks == 1 and stats.graphs == 2 and stats.eager_frames == 0
+    # The append is replayed after the graph; the list's length is not guarded.
+    assert (stats.graphs, stats.graph_breaks, stats.recompiles, stats.eager_frames) == (1, 0, 0, 0)
 
 
 def test_resume_function_has_readable_name_and_user_lines(stats):

@@ -32,8 +32,9 @@ _EXCEPTIONS = {"CHECK_EG_MATCH", "CHECK_EXC_MATCH", "POP_EXCEPT", "PUSH_EXC_INFO
 _ASYNC = {"BEFORE_ASYNC_WITH", "END_ASYNC_FOR", "GET_AITER", "GET_ANEXT", "GET_AWAITABLE"}
 _MODULE_AND_CLASS = {"DELETE_NAME", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "STORE_NAME"}
 _MATCH = {"GET_LEN", "MATCH_CLASS", "MATCH_KEYS", "MATCH_MAPPING", "MATCH_SEQUENCE"}
-# Statements with effects outside the frame (globals, attribute deletion, closure deletion).
-_EFFECTS = {"DELETE_ATTR", "DELETE_DEREF", "DELETE_GLOBAL", "STORE_GLOBAL"}
+# Statements with effects outside the frame not captured yet (deletions; assignments of globals
+# are replayed side effects now).
+_EFFECTS = {"DELETE_ATTR", "DELETE_DEREF", "DELETE_GLOBAL"}
 _COMMON = _EXCEPTIONS | _ASYNC | _MODULE_AND_CLASS | _MATCH | _EFFECTS
 _INSTRUMENTED = {  # 3.12+: monitoring variants, never in a code object's own instructions
     "INSTRUMENTED_CALL", "INSTRUMENTED_CALL_FUNCTION_EX", "INSTRUMENTED_END_FOR",
@@ -107,12 +108,6 @@ def test_every_handled_opcode_has_a_round_trip():
 COUNTER = 0
 
 
-def assigns_global(x):
-    global COUNTER
-    COUNTER = 1
-    return x + 1
-
-
 def defines_class(x):
     class Local:
         pass
@@ -143,12 +138,11 @@ def raises(x, flag):
 
 
 @pytest.mark.parametrize("fn, args, words", [
-    (assigns_global, lambda: (torch.randn(2),), "assigning a global variable"),
     (defines_class, lambda: (torch.randn(2),), "a class definition"),
     (matches, lambda: (torch.randn(2, 3),), "a match statement"),
     (deletes_attribute, lambda: (torch.randn(2), Holder()), "deleting an attribute"),
     (raises, lambda: (torch.randn(2), True), "raising an exception"),
-], ids=["STORE_GLOBAL", "LOAD_BUILD_CLASS", "MATCH", "DELETE_ATTR", "RAISE_VARARGS"])
+], ids=["LOAD_BUILD_CLASS", "MATCH", "DELETE_ATTR", "RAISE_VARARGS"])
 def test_unsupported_construct_is_named_in_words(fn, args, words):
     with pytest.raises(framejit.GraphBreakError, match=re.escape(words)) as info:
         framejit.compile(fn, fullgraph=True)(*args())

@@ -73,6 +73,9 @@ _NULL_AFTER = False  # 3.13 pushes NULL after the callable; 3.11/3.12 below it
 
 def load_global_value(tx, name: str):
     g = tx.f_globals
+    written = tx.output.side_effects.load_global(g, name)
+    if written is not None:
+        return written
     if name in g:
         if _is_library_globals(g):
             # Globals of torch and other installed libraries are taken as fixed, like their
@@ -99,6 +102,14 @@ def _is_library_globals(g: dict) -> bool:
         known = module is not None and vars(module) is g and is_library_module(module)
         _library_globals[key] = known
     return known
+
+
+@handler("STORE_GLOBAL")
+def store_global(tx, inst):
+    value = tx.pop()
+    if _is_library_globals(tx.f_globals):
+        raise Unsupported(f"assigning the global {inst.arg} of a library module")
+    tx.output.side_effects.store_global(tx.f_globals, inst.arg, value)  # replayed after the graph
 
 
 @handler("LOAD_NAME")
@@ -160,6 +171,11 @@ def _cell(tx, name):
 def load_deref(tx, inst):
     cell = _cell(tx, inst.arg.name)
     if isinstance(cell, RealCell):
+        if cell.cell_source is not None:
+            written = tx.output.side_effects.load_cell(cell.cell_source)
+            if written is not None:
+                tx.push(written)
+                return
         try:
             contents = cell.cell.cell_contents
         except ValueError as e:
@@ -179,8 +195,11 @@ def store_deref(tx, inst):
     cell = _cell(tx, inst.arg.name)
     value = tx.pop()
     if isinstance(cell, RealCell):
-        raise Unsupported(f"assigning the nonlocal variable {inst.arg.name!r}",
-                          "return the value instead; nonlocal writes are captured in a later version")
+        if cell.cell_source is None:
+            raise Unsupported(f"assigning the nonlocal variable {inst.arg.name!r} of a function "
+                              "framejit cannot reach from the compiled frame")
+        tx.output.side_effects.store_cell(cell.cell_source, value)  # replayed after the graph
+        return
     cell.contents = value
 
 

@@ -27,6 +27,7 @@ from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
+from .numbers import deferred_number
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
@@ -84,6 +85,8 @@ def _wrap(tx, obj, source: Source) -> Value:
     if isinstance(obj, nn.Module):
         out.guards.add(G.IdGuard(source, obj))
         return ModuleValue(obj, source)
+    if type(obj) in (int, float):
+        return deferred_number(out, obj, source)
     if _is_constant(obj):
         out.guards.add(G.EqualsGuard(source, obj))
         return ConstantValue(obj, source)

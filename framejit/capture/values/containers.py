@@ -28,7 +28,34 @@ class _Deferred:
         if pending is not None:
             self._pending = None
             self._items = pending()
+            queued = getattr(self, "_queued", None)
+            if queued:
+                # Calls made before the contents were read apply to them now; from here on the
+                # final contents are replayed instead of the calls.
+                effects, calls = queued
+                self._queued = None
+                for method, args in calls:
+                    if method == "append":
+                        self._items.append(args[0])
+                    else:  # extend
+                        self._items.extend(args[0].iterate(None))
+                effects.contents_read(self)
         return self._items
+
+    def queue_call(self, tx, method: str, args: list) -> bool:
+        """Record ``append``/``extend`` on a list from outside without reading it; False when the
+        contents are already known (then the caller mutates them and replays them whole)."""
+        if self._pending is None or method not in ("append", "extend"):
+            return False
+        effects = tx.output.side_effects
+        queued = getattr(self, "_queued", None)
+        if queued is None:
+            self._queued = queued = (effects, [])
+        if method == "extend":
+            args = [ListValue(args[0].iterate(tx))]
+        queued[1].append((method, args))
+        effects.container_call(self, method, args)
+        return True
 
     @items.setter
     def items(self, value):
@@ -41,7 +68,7 @@ class _Deferred:
 
 
 class SequenceValue(_Deferred, Value):
-    __slots__ = ("_items", "_pending")
+    __slots__ = ("_items", "_pending", "_queued")
     kind = "sequence"
 
     def __init__(self, items: list[Value], source=None):
@@ -197,7 +224,11 @@ class ListValue(SequenceValue):
     def is_constant(self):
         return False  # lists are mutable: never folded into a constant
 
-    def _check_mutable(self, what: str):
+    def _check_mutable(self, what: str, tx=None):
+        if self.source is not None and not self.borrowed and tx is not None:
+            _ = self.items  # known contents, replayed whole after the graph
+            tx.output.side_effects.mutate_container(self)
+            return
         if self.source is not None or self.borrowed:
             raise Unsupported(
                 f"{what} on {self.describe()}, which comes from outside the compiled function",
@@ -205,7 +236,7 @@ class ListValue(SequenceValue):
             )
 
     def setitem(self, tx, key, value):
-        self._check_mutable("item assignment")
+        self._check_mutable("item assignment", tx)
         k = self._index(key)
         if isinstance(k, slice):
             try:
@@ -218,7 +249,7 @@ class ListValue(SequenceValue):
         self.items[k] = value
 
     def delitem(self, tx, key):
-        self._check_mutable("del")
+        self._check_mutable("del", tx)
         k = self._index(key)
         if isinstance(k, int) and not -len(self.items) <= k < len(self.items):
             raise Unsupported(f"del {self.describe()}[{k}] is out of range (IndexError)")
@@ -299,8 +330,7 @@ class DictValue(_Deferred, Value):
         return {k: v.as_constant() for k, v in self.items.items()}
 
     def delitem(self, tx, key):
-        if self.source is not None or self.borrowed:
-            raise Unsupported(f"del on {self.describe()}, which comes from outside the compiled function")
+        self._note_mutation(tx, "del")
         k = _key(key)
         if k not in self.items:
             raise Unsupported(f"del {self.describe()}[{k!r}] raises KeyError")
@@ -312,9 +342,16 @@ class DictValue(_Deferred, Value):
             raise Unsupported(f"{self.describe()}[{k!r}] raises KeyError")
         return self.items[k]
 
+    def _note_mutation(self, tx, what: str):
+        if self.borrowed:
+            raise Unsupported(f"{what} on {self.describe()}, which comes from outside the compiled "
+                              "function and cannot be written back (a default argument, or a library's object)")
+        if self.source is not None:
+            _ = self.items
+            tx.output.side_effects.mutate_container(self)  # replayed whole after the graph
+
     def setitem(self, tx, key, value):
-        if self.source is not None or self.borrowed:
-            raise Unsupported(f"item assignment on {self.describe()}, which comes from outside the compiled function")
+        self._note_mutation(tx, "item assignment")
         self.items[key.as_constant()] = value
 
     def getattr(self, tx, name):
@@ -407,10 +444,17 @@ class BoundMethod(Value):
     def call(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if name in _MUTATING and (obj.source is not None or getattr(obj, "borrowed", False)):
-            raise Unsupported(
-                f"calling .{name}() on {obj.describe()}, which comes from outside the compiled function",
-                "mutating containers from outside is not captured yet",
-            )
+            if getattr(obj, "borrowed", False) or not isinstance(obj, (ListValue, DictValue)):
+                raise Unsupported(
+                    f"calling .{name}() on {obj.describe()}, which comes from outside the compiled "
+                    "function and cannot be written back (a default argument, or a library's object)",
+                    "pass the list in as an argument if the compiled function should change it",
+                )
+            # A list or dict from outside: the mutation is replayed after the graph.
+            if isinstance(obj, ListValue) and obj.queue_call(tx, name, args):
+                return const(None)
+            _ = obj.items
+            tx.output.side_effects.mutate_container(obj)
         if isinstance(obj, ListValue):
             items = obj.items
             if name == "append":

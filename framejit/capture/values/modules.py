@@ -54,6 +54,9 @@ class ModuleValue(Value):
     def getattr(self, tx, name):
         from .builder import wrap, wrap_sourceless
 
+        written = tx.output.side_effects.load_attr(self, name)
+        if written is not None:
+            return written
         mod = self.module
         d = mod.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
@@ -80,6 +83,20 @@ class ModuleValue(Value):
 
     def hasattr(self, tx, name):
         return hasattr(self.module, name)
+
+    def setattr(self, tx, name, value):
+        """``self.step = ...``, ``self.cache = t``: recorded and replayed after the graph."""
+        mod = self.module
+        if type(mod).__setattr__ is not nn.Module.__setattr__:
+            return super().setattr(tx, name, value)
+        if name in mod._parameters or name in mod._modules or isinstance(value, ModuleValue) \
+                or issubclass(value.python_type(), (nn.Parameter, nn.Module)):
+            raise Unsupported(f"assigning .{name} on {self.describe()} (a parameter or submodule)",
+                              "assign parameters and submodules outside the compiled function")
+        static = inspect.getattr_static(type(mod), name, _MISSING)
+        if static is not _MISSING and hasattr(type(static), "__set__"):
+            raise Unsupported(f"assigning .{name} on {self.describe()}, a property or descriptor")
+        tx.output.side_effects.store_attr(self, name, value)
 
     def pinned_object(self):
         return self.module

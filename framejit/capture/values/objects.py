@@ -52,9 +52,10 @@ class UserObjectValue(Value):
         return self.obj
 
     def getattr(self, tx, name):
-        from .builder import wrap, wrap_sourceless
-        from .functions import MethodValue
 
+        written = tx.output.side_effects.load_attr(self, name)
+        if written is not None:
+            return written
         obj = self.obj
         cls = type(obj)
         if cls.__getattribute__ not in _GENERIC_GETATTRIBUTE:
@@ -88,6 +89,16 @@ class UserObjectValue(Value):
         if self.source is not None:
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         return wrap_sourceless(tx, getattr(obj, name))
+
+    def setattr(self, tx, name, value):
+        """An attribute write on an object from outside: recorded and replayed after the graph,
+        for plain attributes of classes that do not customise attribute assignment."""
+        cls = type(self.obj)
+        static = inspect.getattr_static(cls, name, _MISSING)
+        if self.source is None or cls.__setattr__ is not object.__setattr__ \
+                or not hasattr(self.obj, "__dict__") or _is_data_descriptor(static):
+            return super().setattr(tx, name, value)
+        tx.output.side_effects.store_attr(self, name, value)
 
     def _getattr_through_class(self, tx, name):
         """Attribute reads of a class with its own ``__getattribute__`` (transformers' configs map

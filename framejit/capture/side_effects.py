@@ -1,0 +1,129 @@
+"""Side effects on the world outside the frame, recorded during capture and replayed after the
+graph runs, so the compiled function leaves everything as eager would.
+
+Recorded: attribute writes on modules and objects that came from outside (``self.step += 1``,
+``self.cache = t``), writes of globals and of variables closed over (``nonlocal``), and
+mutations of lists and dicts from outside (``self.history.append(x)``). Reads after a write in
+the same capture see the written value. The entry function replays them in order, after the
+graph: every new value is computed first, then the writes happen, so a write never changes what a
+later replayed value reads.
+
+In-place tensor operations are not side effects here: they are graph operations and run in
+program order inside the graph.
+"""
+
+from __future__ import annotations
+
+from .sources import ConstNames, Source
+
+
+class SideEffects:
+    def __init__(self):
+        #: (owner key, name) -> (owner value, name, new value); owner key is a source key.
+        self._attrs: dict = {}
+        #: (id of globals dict, name) -> (globals dict, name, new value)
+        self._globals: dict = {}
+        #: cell source key -> (cell source, new value)
+        self._cells: dict = {}
+        #: id of container value -> container value (its final contents are replayed)
+        self._containers: dict = {}
+        #: calls on containers whose contents were never read: (container, method, args)
+        self._calls: dict = {}
+        self._order: list = []  # keys in the order the first write happened
+
+    def __bool__(self) -> bool:
+        return bool(self._order)
+
+    # -- recording --------------------------------------------------------------------------------
+    def store_attr(self, owner, name: str, value) -> None:
+        key = ("attr", owner.source.key, name)
+        self._remember(key)
+        self._attrs[key] = (owner, name, value)
+
+    def load_attr(self, owner, name: str):
+        if owner.source is None:
+            return None
+        entry = self._attrs.get(("attr", owner.source.key, name))
+        return entry[2] if entry is not None else None
+
+    def store_global(self, globals_dict: dict, name: str, value) -> None:
+        key = ("global", id(globals_dict), name)
+        self._remember(key)
+        self._globals[key] = (globals_dict, name, value)
+
+    def load_global(self, globals_dict: dict, name: str):
+        entry = self._globals.get(("global", id(globals_dict), name))
+        return entry[2] if entry is not None else None
+
+    def store_cell(self, cell_source: Source, value) -> None:
+        key = ("cell", cell_source.key)
+        self._remember(key)
+        self._cells[key] = (cell_source, value)
+
+    def load_cell(self, cell_source: Source):
+        entry = self._cells.get(("cell", cell_source.key))
+        return entry[1] if entry is not None else None
+
+    def mutate_container(self, container) -> None:
+        key = ("container", id(container))
+        self._remember(key)
+        self._containers[key] = container
+
+    def container_call(self, container, method: str, args: list) -> None:
+        """``lst.append(v)`` on a list from outside whose contents were never read: replayed as
+        the same call, so nothing about the list's current contents is guarded."""
+        key = ("call", id(container), len(self._calls))
+        self._remember(key)
+        self._calls[key] = (container, method, args)
+
+    def contents_read(self, container) -> None:
+        """The container's contents are now known (and guarded): queued calls were applied to
+        them, so replay the final contents instead."""
+        for key in [k for k in self._calls if k[1] == id(container)]:
+            del self._calls[key]
+            self._order.remove(key)
+        self.mutate_container(container)
+
+    def _remember(self, key) -> None:
+        if key not in self._order:
+            self._order.append(key)
+
+    # -- replay -----------------------------------------------------------------------------------
+    def replay_lines(self, cg) -> list[str]:
+        """Python lines for the entry function, after the graph call."""
+        values: list[str] = []
+        writes: list[str] = []
+        for key in self._order:
+            kind = key[0]
+            k = len(values)
+            if kind == "attr":
+                owner, name, value = self._attrs[key]
+                values.append(f"___e{k} = {cg.expr(value)}")
+                writes.append(f"{cg.source_expr(owner.source)}.{name} = ___e{k}")
+            elif kind == "global":
+                globals_dict, name, value = self._globals[key]
+                values.append(f"___e{k} = {cg.expr(value)}")
+                writes.append(f"{cg.const_name(globals_dict)}[{name!r}] = ___e{k}")
+            elif kind == "cell":
+                source, value = self._cells[key]
+                values.append(f"___e{k} = {cg.expr(value)}")
+                writes.append(f"{source.expr(cg.names)} = ___e{k}")
+            elif kind == "call":
+                container, method, args = self._calls[key]
+                values.append(f"___e{k} = ({', '.join(cg.expr(a) for a in args)},)")
+                writes.append(f"{cg.source_expr(container.source)}.{method}(*___e{k})")
+            else:
+                container = self._containers[key]
+                target = cg.source_expr(container.source)
+                if hasattr(container.items, "keys"):
+                    body = ", ".join(f"{cg.literal(n)}: {cg.expr(v)}" for n, v in container.items.items())
+                    values.append(f"___e{k} = {{{body}}}")
+                    writes.append(f"{target}.clear(); {target}.update(___e{k})")
+                else:
+                    body = ", ".join(cg.expr(v) for v in container.items)
+                    values.append(f"___e{k} = [{body}]")
+                    writes.append(f"{target}[:] = ___e{k}")
+        return values + writes
+
+
+__all__ = ["SideEffects", "ConstNames"]

@@ -1,0 +1,144 @@
+"""Side effects on the world outside the frame: recorded during capture, replayed after the
+graph, with the same end state as eager and no recompiles for counters."""
+
+import copy
+
+import torch
+from torch import nn
+
+import framejit
+from framejit.testing import assert_close_to_eager
+
+
+class Tracker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.step = 0
+        self.scale = 1.5
+        self.cache = None
+        self.history = []
+        self.stats = {}
+
+    def forward(self, x):
+        self.step += 1
+        y = self.fc(x)
+        self.cache = y.detach()
+        self.history.append(self.step)
+        self.stats["last"] = y.mean()
+        self.scale = self.scale * 0.5  # not used in the graph: not specialised
+        return y + self.cache  # reads back what was written
+
+
+def test_module_state_after_three_calls_equals_eager(stats):
+    model = Tracker()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        assert_close_to_eager(compiled(x), reference(x))
+    assert model.step == reference.step == 3
+    assert model.scale == reference.scale == 1.5 * 0.5 ** 3
+    assert model.history == reference.history == [1, 2, 3]
+    torch.testing.assert_close(model.cache, reference.cache)
+    torch.testing.assert_close(model.stats["last"], reference.stats["last"])
+    # The counters are computed when the function runs, so they never recompile; the dict's keys
+    # are read to write one, so its first write recompiles once.
+    assert stats.graph_breaks == 0 and stats.eager_frames == 0
+    assert stats.captured == 2 and "keys of self.stats" in stats.recompile_reasons[0][1]
+
+
+def test_value_used_in_the_graph_is_specialised_and_recompiles_with_reason(stats):
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1.0
+
+        def forward(self, x):
+            self.scale = self.scale * 2
+            return x * self.scale
+
+    model = Scaled()
+    compiled = framejit.compile(model)
+    x = torch.ones(2)
+    assert [compiled(x)[0].item() for _ in range(3)] == [2.0, 4.0, 8.0]
+    assert stats.recompiles == 2 and "self.scale: 1.0 → 2.0" in stats.recompile_reasons[0][1]
+
+
+class Box:
+    def __init__(self):
+        self.value = 0
+
+
+TOTAL = 0
+
+
+def writes_globals_and_objects(x, box, log):
+    global TOTAL
+    TOTAL = TOTAL + 2
+    box.value = box.value + 1
+    log.append(x.sum())
+    log.extend([x.max(), x.min()])
+    return x * 2
+
+
+def test_globals_objects_and_lists_from_outside(stats):
+    global TOTAL
+    TOTAL = 0
+    box, log = Box(), []
+    compiled = framejit.compile(writes_globals_and_objects)
+    x = torch.randn(4)
+    for _ in range(3):
+        compiled(x, box, log)
+    assert TOTAL == 6 and box.value == 3 and len(log) == 9
+    torch.testing.assert_close(log[-2], x.max())
+    assert (stats.captured, stats.recompiles, stats.graph_breaks) == (1, 0, 0)
+
+
+def make_counter():
+    count = 0
+
+    def bump(x):
+        nonlocal count
+        count = count + 1
+        return x * count
+
+    return bump, lambda: count
+
+
+def test_nonlocal_write(stats):
+    bump, read = make_counter()
+    compiled = framejit.compile(bump)
+    x = torch.ones(2)
+    outs = [compiled(x) for _ in range(3)]
+    assert read() == 3
+    # x * count uses the value in the graph: that specialises, so each new count recompiles.
+    assert [o[0].item() for o in outs] == [1.0, 2.0, 3.0]
+
+
+def reads_back_list(x, items):
+    items.append(x)
+    return torch.stack(items).sum(0), len(items)
+
+
+def test_mutated_list_that_is_read_is_replaced_whole(stats):
+    items = [torch.ones(2)]
+    compiled = framejit.compile(reads_back_list)
+    out, n = compiled(torch.full((2,), 2.0), items)
+    assert n == 2 and len(items) == 2
+    torch.testing.assert_close(out, torch.full((2,), 3.0))
+    assert stats.graph_breaks == 0
+
+
+def side_effect_then_break(x, box):
+    box.value = box.value + 10
+    print(end="")  # a graph break after the write: the first part replays it
+    return x + box.value
+
+
+def test_side_effect_before_a_graph_break(stats):
+    box = Box()
+    compiled = framejit.compile(side_effect_then_break)
+    x = torch.zeros(2)
+    assert_close_to_eager(compiled(x, box), torch.full((2,), 10.0))
+    assert box.value == 10 and stats.graph_breaks == 1
