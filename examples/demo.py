@@ -53,7 +53,8 @@ def main() -> None:
     banner("What was captured")
     s = cf.stats
     print(f"TinyGPT ({cfg.n_layer} blocks, n_embd={cfg.n_embd}): {s.graphs} graph, {s.ops} operations, "
-          f"{s.eager_frames} fallbacks, first call {first * 1e3:.1f} ms (capture included)")
+          f"{s.graph_breaks} graph breaks, {s.eager_frames} fallbacks, first call {first * 1e3:.1f} ms "
+          f"(capture included)")
     print(f"same result as eager: {torch.allclose(out, expected, atol=1e-5)} "
           f"(max abs difference {(out - expected).abs().max().item():.2e})")
 
@@ -83,6 +84,18 @@ def main() -> None:
     rlog.removeHandler(handler)
     print(f"  cache entries now: {len(framejit._C.get_cache_entries(type(model).forward.__code__))}; "
           f"captures so far: {cf.stats.captured}")
+
+    banner("A graph break, and why")
+
+    def generate_step(logits):
+        probs = torch.softmax(logits[:, -1], dim=-1)
+        token = int(probs.argmax(-1)[0].item())  # a Python int from a tensor: the graph stops here
+        return probs * 2, token
+
+    report = framejit.explain(generate_step)(out)
+    print(f"  {report.graph_count} graphs, {report.graph_break_count} graph break:")
+    for _, message in report.break_reasons:
+        print("  " + message.replace("\n", "\n  "))
 
     banner("Timings per call (ms)")
     tc = torch.compile(model, backend="eager")
