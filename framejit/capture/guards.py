@@ -205,6 +205,26 @@ class NoHooksGuard(Guard):
         return None
 
 
+class AliasGuard(Guard):
+    """Whether two inputs are one object (``query is key`` in self-attention) stays as it was."""
+
+    order = 35
+
+    def __init__(self, source: Source, other: Source, same: bool):
+        self.source = source
+        self.other = other
+        self.same = same
+
+    def code2(self, v, w):
+        return [f"if ({v} is {w}) is not {self.same}: return False"]
+
+    def reason2(self, a, b):
+        if (a is b) == self.same:
+            return None
+        now = "the same object" if a is b else "different objects"
+        return f"{self.source.name()} and {self.other.name()}: now {now}"
+
+
 class TensorGuard(Guard):
     """Type, dtype, device, shape, strides and requires_grad of a tensor."""
 
@@ -287,7 +307,10 @@ class GuardSet:
             tables = " or ".join(names(t) for t in _global_hook_tables())
             lines.append(f"if {tables}: return False")
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
-            lines.extend(guard.code(value_of(guard.source), names))
+            if isinstance(guard, AliasGuard):
+                lines.extend(guard.code2(value_of(guard.source), value_of(guard.other)))
+            else:
+                lines.extend(guard.code(value_of(guard.source), names))
         body = "\n        ".join(lines)
         src = (
             f"def {fn_name}({', '.join(argnames)}):\n"
@@ -325,9 +348,11 @@ class GuardSet:
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
             try:
                 value = eval(guard.source.expr(names), names.namespace, dict(f_locals))
+                if isinstance(guard, AliasGuard):
+                    other = eval(guard.other.expr(names), names.namespace, dict(f_locals))
             except Exception as e:  # the path itself no longer exists
                 return f"{guard.source.name()} can no longer be read ({type(e).__name__}: {e})"
-            reason = guard.reason(value)
+            reason = guard.reason2(value, other) if isinstance(guard, AliasGuard) else guard.reason(value)
             if reason is not None:
                 return reason
         return None

@@ -85,6 +85,15 @@ class OutputGraph:
         self.inputs.append((source, tensor, node))
         return TensorValue(node, source)
 
+    def alias(self, a: TensorValue, b: TensorValue) -> bool:
+        """``a is b`` for two graph inputs, guarded."""
+        from .guards import AliasGuard
+
+        real = {node: t for _, t, node in self.inputs}
+        same = real[a.node] is real[b.node]
+        self.guards.add(AliasGuard(a.source, b.source, same))
+        return same
+
     def add_constant_tensor(self, tensor: torch.Tensor) -> TensorValue:
         name = f"_tensor_constant{len(self.constants)}"
         self.constants[name] = tensor

@@ -403,3 +403,34 @@ def test_reset_retries_a_function_that_fell_back(stats):
     framejit.reset()
     compiled(torch.randn(2), False)
     assert stats.captured == 1
+
+
+def self_or_cross(q, k):
+    if q is k:
+        return q * 2
+    return q + k
+
+
+def test_identity_of_two_tensor_inputs_is_guarded(stats, caplog):
+    import logging
+
+    compiled = framejit.compile(self_or_cross)
+    x, y = torch.randn(3), torch.randn(3)
+    assert_close_to_eager(compiled(x, x), x * 2)
+    with caplog.at_level(logging.INFO, logger="framejit.recompiles"):
+        assert_close_to_eager(compiled(x, y), x + y)
+    assert "q and k: now different objects" in caplog.text
+    assert_close_to_eager(compiled(y, y), y * 2)  # the first entry again
+    assert (stats.captured, stats.graph_breaks) == (2, 0)
+
+
+def test_self_attention_is_one_graph(stats):
+    from torch import nn
+
+    m = nn.MultiheadAttention(16, 4).eval()
+    x = torch.randn(5, 2, 16)
+    with torch.no_grad():
+        out = framejit.compile(m)(x, x, x)
+        expected = m(x, x, x)
+    assert_close_to_eager(out, expected)
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)

@@ -61,7 +61,10 @@ def identity(a: Value, b: Value, tx=None) -> bool | None:
         if a.node is b.node:
             return True
         if a.source is not None and b.source is not None:
-            return None  # two inputs may be the same tensor: not decidable without a guard
+            # Two inputs may be one tensor: decide from the real ones, and guard that it stays so.
+            if tx is None:
+                return None
+            return tx.output.alias(a, b)
         return False
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return False  # a tensor is never a constant, module, container or user object
