@@ -206,8 +206,10 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     meta_args = [to_meta(a) for a in args]
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
     device = _infer_device(kind, target, meta_args, meta_kwargs, devices)
-    if "device" in meta_kwargs and not devices:
-        meta_kwargs["device"] = "meta"  # a factory function: build its example on meta
+    if not devices and kind == "call_function" and ("device" in meta_kwargs or _is_factory(target)):
+        # A factory function: build its example on meta. Never run it for real: that would
+        # allocate, and a random one would move the user's random stream.
+        meta_kwargs["device"] = "meta"
     inplace = impure or _is_inplace(kind, target, kwargs)
     try:
         result = _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=not inplace)
@@ -348,6 +350,12 @@ def wrap_op_result(tx, node, result, device) -> Value:
         # An op run for its effect (in-place) or a metadata query; the node stays if impure.
         return const(result)
     raise Unsupported(f"{_readable(node.op, node.target)} returned a {type(result).__name__}, which framejit cannot track")
+
+
+def _is_factory(target) -> bool:
+    from .functions import _FACTORY_NAMES
+
+    return getattr(target, "__name__", "") in _FACTORY_NAMES
 
 
 def _meta_of_other(v: Value):
