@@ -66,6 +66,17 @@ class _Deferred:
         self._pending = realize
         return self
 
+    # Lists and dicts reached without a source (a default argument, a library's list) keep the
+    # real object in ``real``: read here but never mutated, and returned as themselves.
+    @property
+    def borrowed(self) -> bool:
+        return getattr(self, "real", None) is not None
+
+    @property
+    def fresh(self) -> bool:
+        """Not borrowed (with no source too, it was built in the frame: never an input)."""
+        return getattr(self, "real", None) is None
+
 
 class SequenceValue(_Deferred, Value):
     __slots__ = ("_items", "_pending", "_queued")
@@ -206,15 +217,6 @@ class ListValue(SequenceValue):
         #: list a library holds): read but never mutated here, and returned as itself.
         self.real = None
 
-    @property
-    def borrowed(self) -> bool:
-        return self.real is not None
-
-    @property
-    def fresh(self) -> bool:
-        """Built in the frame: never an input, never identical to another value."""
-        return self.real is None
-
     def python_type(self):
         return list
 
@@ -283,14 +285,6 @@ class DictValue(_Deferred, Value):
         super().__init__(source)
         self.items = dict(items)
         self.real = None  # as for ListValue
-
-    @property
-    def borrowed(self) -> bool:
-        return self.real is not None
-
-    @property
-    def fresh(self) -> bool:
-        return self.real is None
 
     def describe(self):
         return f"the dict {self.source.name()}" if self.source is not None else "a dict"
