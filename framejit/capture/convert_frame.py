@@ -218,11 +218,13 @@ def convert_frame(ctx: CompileContext, code, func, f_locals):
 
 
 def _miss_reason(entries, f_locals) -> str:
-    reasons = []
-    for e in entries:
-        r = e[3].guards.failure_reason(f_locals)
-        reasons.append(r or "a guard failed")
-    return reasons[0] if len(reasons) == 1 else "; ".join(dict.fromkeys(reasons))
+    """Why the newest cached version does not fit, and how many others do not either."""
+    reason = entries[-1][3].guards.failure_reason(f_locals) or "a guard failed"
+    others = len(entries) - 1
+    if others:
+        reason += (" (and the older version does not fit either)" if others == 1
+                   else f" (and {others} older versions do not fit either)")
+    return reason
 
 
 def _fall_back(ctx, code, e: Unsupported):
