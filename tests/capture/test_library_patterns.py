@@ -84,3 +84,66 @@ def test_is_exporting_is_false_while_capturing(stats):
     x = torch.randn(2)
     assert_close_to_eager(framejit.compile(is_exporting_query)(x), x + 1)
     assert stats.graph_breaks == 0
+
+
+class Registry:
+    """Like transformers' AttentionInterface: a mapping implemented in Python."""
+
+    _global = {"relu": torch.relu, "tanh": torch.tanh}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        return self._local[key] if key in self._local else self._global[key]
+
+    def __contains__(self, key):
+        return key in self._local or key in self._global
+
+    def __len__(self):
+        return len(self._local) + len(self._global)
+
+
+REGISTRY = Registry()
+
+
+def dispatch(x, impl):
+    if impl in REGISTRY and len(REGISTRY) > 1:
+        return REGISTRY[impl](x)
+    return x
+
+
+def test_python_mapping_registry_lookup_is_captured(stats):
+    x = torch.randn(4)
+    assert_close_to_eager(framejit.compile(dispatch)(x, "tanh"), torch.tanh(x))
+    assert (stats.graphs, stats.graph_breaks) == (1, 0)
+
+
+def names_of_types(x):
+    text = str(torch.Tensor) + repr(torch.float32) + str(type(x)) + str((1, "a"))
+    return x * len(text)
+
+
+def test_str_of_classes_and_constants_folds(stats):
+    x = torch.ones(2)
+    assert_close_to_eager(framejit.compile(names_of_types)(x), names_of_types(x))
+    assert stats.graph_breaks == 0
+
+
+class Chunked:
+    def step(self, x):
+        return x * 3
+
+    def run(self, x):
+        fn = self.step.__func__
+        return fn(self.step.__self__, x) + len(self.step.__name__)
+
+
+def uses_method_internals(x, obj):
+    return obj.run(x)
+
+
+def test_method_func_and_self(stats):
+    x = torch.ones(2)
+    assert_close_to_eager(framejit.compile(uses_method_internals)(x, Chunked()), x * 3 + 4)
+    assert stats.graph_breaks == 0

@@ -14,6 +14,7 @@ import functools
 import itertools
 import math
 import operator
+import types
 
 import torch
 
@@ -644,3 +645,40 @@ def _register_library_constructors():
 _register_library_constructors()
 
 __all__ = ["BuiltinValue", "is_known_callable", "has_attr"]
+
+
+def _text_of(fn):
+    def handler(tx, args, kwargs):
+        """``str(torch.Tensor)``, ``repr(torch.float32)``: the text of a constant, class,
+        function or module folds; other objects would run their own __str__/__repr__."""
+        if not args:
+            return const(fn())
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"{fn.__name__}() with more than one argument")
+        value = args[0]
+        if isinstance(value, TensorValue):
+            raise Unsupported(f"{fn.__name__}() of a tensor (reads its values into Python)",
+                              "format tensors outside the compiled function")
+        try:
+            obj = value.as_constant()
+        except Unsupported:
+            raise Unsupported(f"{fn.__name__}() of {value.describe()}") from None
+        if not _is_fixed(obj):
+            raise Unsupported(f"{fn.__name__}() of {value.describe()}, which runs its own "
+                              f"__{'str' if fn is str else 'repr'}__")
+        return const(fn(obj))
+
+    return handler
+
+
+def _is_fixed(obj) -> bool:
+    """Objects whose text cannot change while guards hold."""
+    if isinstance(obj, tuple):
+        return all(_is_fixed(x) for x in obj)
+    return isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
+                            str, int, float, bool, complex, bytes, type(None), torch.dtype,
+                            torch.device, torch.Size, range, slice))
+
+
+_BUILTIN_HANDLERS[str] = _text_of(str)
+_BUILTIN_HANDLERS[repr] = _text_of(repr)

@@ -119,6 +119,17 @@ class MethodValue(Value):
             return cg.source_expr(self.source)
         return f"{cg.const_name(types.MethodType)}({cg.const_name(self.fn)}, {cg.expr(self.obj)})"
 
+    def getattr(self, tx, name):
+        from .builder import wrap_sourceless
+
+        if name == "__func__":
+            return wrap_sourceless(tx, self.fn)
+        if name == "__self__":
+            return self.obj
+        if name in ("__name__", "__qualname__", "__doc__", "__module__"):
+            return const(getattr(self.fn, name, None))
+        raise Unsupported(f"reading .{name} of {self.describe()}")
+
     def call(self, tx, args, kwargs):
         fn = self.fn
         if isinstance(fn, types.FunctionType):

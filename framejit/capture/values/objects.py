@@ -90,6 +90,30 @@ class UserObjectValue(Value):
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         return wrap_sourceless(tx, getattr(obj, name))
 
+    # ``in``, indexing and ``len`` on objects whose class implements them in Python (mapping
+    # registries built on collections.abc): the method is inlined.
+    def _python_dunder(self, name: str):
+        fn = inspect.getattr_static(type(self.obj), name, None)
+        return fn if isinstance(fn, types.FunctionType) else None
+
+    def contains(self, tx, item):
+        fn = self._python_dunder("__contains__")
+        if fn is None:
+            return super().contains(tx, item)
+        return tx.inline_function(fn, [self, item], {}).truthy(tx)
+
+    def getitem(self, tx, key):
+        fn = self._python_dunder("__getitem__")
+        if fn is None:
+            return super().getitem(tx, key)
+        return tx.inline_function(fn, [self, key], {})
+
+    def length(self, tx):
+        fn = self._python_dunder("__len__")
+        if fn is None:
+            return super().length(tx)
+        return tx.inline_function(fn, [self], {}).as_constant()
+
     def setattr(self, tx, name, value):
         """An attribute write on an object from outside: recorded and replayed after the graph,
         for plain attributes of classes that do not customise attribute assignment."""
