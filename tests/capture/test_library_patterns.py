@@ -147,3 +147,22 @@ def test_method_func_and_self(stats):
     x = torch.ones(2)
     assert_close_to_eager(framejit.compile(uses_method_internals)(x, Chunked()), x * 3 + 4)
     assert stats.graph_breaks == 0
+
+
+def reads_environment(x):
+    import os
+
+    if os.environ.get("FRAMEJIT_TEST_FLAG", "0") == "1" and "FRAMEJIT_TEST_FLAG" in os.environ:
+        return x * 2
+    return x + 1
+
+
+def test_environment_variables_are_read_and_guarded(stats, monkeypatch):
+    x = torch.ones(2)
+    compiled = framejit.compile(reads_environment)
+    monkeypatch.delenv("FRAMEJIT_TEST_FLAG", raising=False)
+    assert_close_to_eager(compiled(x), x + 1)
+    monkeypatch.setenv("FRAMEJIT_TEST_FLAG", "1")
+    assert_close_to_eager(compiled(x), x * 2)
+    assert (stats.graph_breaks, stats.recompiles) == (0, 1)
+    assert "os.environ['FRAMEJIT_TEST_FLAG']: None → '1'" in stats.recompile_reasons[0][1]

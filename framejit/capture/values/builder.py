@@ -187,6 +187,9 @@ def borrowed(v, real):
 
 def wrap_sourceless(tx, obj) -> Value:
     """A value for an object that needs no guard."""
+    if obj is os.environ:
+        from .environ import EnvironValue
+        return EnvironValue()
     if isinstance(obj, torch.Tensor):
         return tx.output.add_constant_tensor(obj)
     if _is_constant(obj):
