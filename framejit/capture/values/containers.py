@@ -78,7 +78,26 @@ class _Deferred:
         return getattr(self, "real", None) is None
 
 
-class SequenceValue(_Deferred, Value):
+class ItemsProtocol:
+    """Iteration, ``len``, truth and ``in`` for values holding an ordered ``items`` list."""
+
+    __slots__ = ()
+
+    def iterate(self, tx):
+        return list(self.items)
+
+    def length(self, tx):
+        return len(self.items)
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def contains(self, tx, item):
+        from .pyops import sequence_contains
+        return sequence_contains(tx, self.items, item)
+
+
+class SequenceValue(_Deferred, ItemsProtocol, Value):
     __slots__ = ("_items", "_pending", "_queued")
     kind = "sequence"
 
@@ -94,18 +113,6 @@ class SequenceValue(_Deferred, Value):
     def is_constant(self):
         return _all_constant(self.items)
 
-    def iterate(self, tx):
-        return list(self.items)
-
-    def length(self, tx):
-        return len(self.items)
-
-    def truthy(self, tx):
-        return bool(self.items)
-
-    def contains(self, tx, item):
-        from .pyops import sequence_contains
-        return sequence_contains(tx, self.items, item)
 
     def hasattr(self, tx, name):
         # No instance attributes: everything comes from the class (named fields included).

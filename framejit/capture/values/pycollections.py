@@ -9,7 +9,7 @@ import operator
 
 from ...errors import Unsupported
 from .base import NONE, Value, const
-from .containers import DictValue
+from .containers import DictValue, ItemsProtocol
 
 _SET_OPS = {operator.or_: "union", operator.and_: "intersection", operator.sub: "difference",
             operator.xor: "symmetric_difference", operator.ior: "update",
@@ -146,7 +146,7 @@ class SetMethod(Value):
         return SetValue(result) if isinstance(result, set) else const(result)
 
 
-class DequeValue(Value):
+class DequeValue(ItemsProtocol, Value):
     """A ``collections.deque`` created in the frame."""
 
     __slots__ = ("items", "maxlen")
@@ -178,18 +178,6 @@ class DequeValue(Value):
         else:
             self.items.append(v)
 
-    def iterate(self, tx):
-        return list(self.items)
-
-    def length(self, tx):
-        return len(self.items)
-
-    def truthy(self, tx):
-        return bool(self.items)
-
-    def contains(self, tx, item):
-        from .pyops import sequence_contains
-        return sequence_contains(tx, self.items, item)
 
     def _index(self, key: Value) -> int:
         k = key.as_constant()
