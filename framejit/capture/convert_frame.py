@@ -159,7 +159,18 @@ def where(code: types.CodeType) -> str:
     return f"{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} at {code.co_filename}:{code.co_firstlineno}"
 
 
+#: Methods Python calls implicitly on every attribute access or print: as frames of their own
+#: they hold no tensor work worth a graph, and each new key would recompile them. (Calls to them
+#: from captured code are inlined as usual.)
+_NEVER_TOP_FRAMES = frozenset({"__getattribute__", "__getattr__", "__setattr__", "__delattr__",
+                               "__repr__", "__str__", "__format__", "__hash__"})
+
+
 def convert_frame(ctx: CompileContext, code, func, f_locals):
+    if code.co_name in _NEVER_TOP_FRAMES and code not in ctx.targets:
+        _C.set_code_mode(code, _C.MODE_SKIP)
+        _touched.add(code)
+        return None
     if code not in ctx.targets and _is_library_file(code.co_filename):
         # Library code runs as it is. Mark it so the hook stops asking, unless some live
         # compile() wrapper targets it (its code mode is shared by every wrapper).

@@ -175,3 +175,20 @@ def test_iterator_in_a_local_stays_an_iterator_across_a_break(stats):
     # next()/list() on it are further breaks.
     assert stats.graph_breaks >= 1 and stats.eager_frames == 0
     assert "print()" in stats.break_reasons[0][1]
+
+
+class Shown:
+    def __repr__(self):
+        return f"Shown({1 + 1})"
+
+
+def prints_object(x, obj):
+    print(obj)  # a break: print runs natively and calls Shown.__repr__ as a frame of its own
+    return x + 1
+
+
+def test_implicit_dunder_frames_are_not_captured_on_their_own(stats, capsys):
+    framejit.compile(prints_object)(torch.ones(2), Shown())
+    assert capsys.readouterr().out == "Shown(2)\n"
+    assert _C.get_cache_entries(Shown.__repr__.__code__) == []
+    assert _C.get_code_mode(Shown.__repr__.__code__) == _C.MODE_SKIP
