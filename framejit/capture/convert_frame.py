@@ -382,7 +382,7 @@ def _split_frame(ctx, code, func, tx, label):
         rcode = resume_code(base, target, exit_.depth, live, exit_.iters)
         register_target(ctx, rcode)
         resumes.append(rcode if code.co_freevars else resume_function(rcode, func.__globals__))
-    new_code = break_code(code, entry, local_names, markers, (), plan, resumes, live,
+    new_code = break_code(code, entry, local_names, markers, plan, resumes, live,
                           base=origin(code, 0)[0])
     return entry, entry_src, gm, compiled, new_code
 

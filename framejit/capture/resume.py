@@ -266,7 +266,7 @@ def _forward(name: str) -> str:
 
 
 def break_code(code: types.CodeType, entry, local_names: list[str], markers: list[str],
-               kw_names: tuple, plan: BreakPlan, resumes: list, live: tuple[str, ...],
+               plan: BreakPlan, resumes: list, live: tuple[str, ...],
                base: types.CodeType | None = None) -> types.CodeType:
     """The rewritten frame: run ``entry``, restore locals and stack, run ``plan.native``, then
     return the result of the resume function of the exit taken. ``resumes[k]`` is, for
@@ -312,8 +312,6 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
             if m == ITER:
                 body.append(Instr("GET_ITER", lineno=line))  # the entry returned a list
             idx += 1
-    if kw_names:
-        body.append(Instr("KW_NAMES", kw_names, lineno=line))
     jump_label = Label()
     for inst in plan.native:
         iline = inst.lineno or line

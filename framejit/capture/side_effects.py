@@ -14,7 +14,7 @@ program order inside the graph.
 
 from __future__ import annotations
 
-from .sources import ConstNames, Source
+from .sources import Source
 
 
 class SideEffects:
@@ -125,5 +125,3 @@ class SideEffects:
                     writes.append(f"{target}[:] = ___e{k}")
         return values + writes
 
-
-__all__ = ["SideEffects", "ConstNames"]

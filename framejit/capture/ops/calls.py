@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import Unsupported
 from ..interpreter import handler
-from ..values.base import NULL, ConstantValue
+from ..values.base import NULL
 from ..values.builtins import BuiltinValue
 from ..values.containers import DictValue, TupleValue
 from ..values.functions import NestedFunctionValue
@@ -102,5 +102,3 @@ def call_intrinsic_1(tx, inst):
     else:
         raise Unsupported(f"the Python operation CALL_INTRINSIC_1({kind})")
 
-
-__all__ = ["ConstantValue"]

@@ -556,7 +556,3 @@ class BoundMethod(Value):
                 k = args[0].as_constant()
                 return d.setdefault(k, args[1] if len(args) > 1 else const(None))
         raise Unsupported(f"calling {self.describe()}()")
-
-
-def is_constant_like(v: Value) -> bool:
-    return isinstance(v, ConstantValue) or (isinstance(v, TupleValue) and v.is_constant())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import types
 
-import torch
 from torch import nn
 
 from ...errors import Unsupported
@@ -195,5 +194,3 @@ class _ModuleHelperMethod(Value):
             raise Unsupported(f"calling {self.describe()}() with arguments")
         return self.mod.call_named(tx, self.name)
 
-
-__all__ = ["ModuleValue", "torch"]
