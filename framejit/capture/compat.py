@@ -6,6 +6,7 @@ Handlers never test ``sys.version_info`` themselves; they read the flags and opc
 from __future__ import annotations
 
 import dis
+import keyword
 import sys
 
 PY311 = sys.version_info[:2] == (3, 11)
@@ -39,4 +40,12 @@ def arg_slot_names(code) -> tuple[str, ...]:
 def guard_param_names(code) -> tuple[str, ...]:
     """Parameters of guard and entry functions: the argument slots, then one closure cell per
     free variable (the C hook and the trampoline pass them in this order)."""
-    return arg_slot_names(code) + tuple(f"___free_{v}" for v in code.co_freevars)
+    return tuple(map(py_name, arg_slot_names(code))) + tuple(f"___free_{v}" for v in code.co_freevars)
+
+
+def py_name(local: str) -> str:
+    """``local`` as a name generated Python source can use: itself, unless the code object
+    holds a name Python source cannot spell (pytest's rewritten asserts make ``@py_assert1``)."""
+    if local.isidentifier() and not keyword.iskeyword(local):
+        return local
+    return "___fj_l_" + "".join(c if c.isalnum() else f"_{ord(c)}_" for c in local)

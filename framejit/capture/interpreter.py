@@ -8,20 +8,22 @@ an opcode without a handler raises :class:`Unsupported` naming the construct.
 
 from __future__ import annotations
 
+import dis
 import linecache
 import operator
 import types
 import weakref
 from collections.abc import Callable
 
-from bytecode import Bytecode, Instr, Label, TryBegin, TryEnd
+from bytecode import Bytecode, Instr, Label
 
 from ..errors import SourceLocation, Unsupported
 from . import compat
 from .sources import ClosureCellSource, LocalSource
-from .values.base import ConstantValue, Value, const
+from .values.base import NONE, ConstantValue, Value, const
 from .values.builder import wrap, wrap_sourceless
 from .values.containers import ListValue, SequenceValue, TupleValue
+from .values.exceptions import PythonRaise
 from .values.tensor import TensorValue, graph_call
 
 #: opname -> handler(tx, inst). Filled by the modules in ``ops``.
@@ -39,18 +41,25 @@ def handler(*opnames: str):
 
 class Inst:
     """One decoded instruction: ``name``, ``arg`` (jump targets resolved to indices), ``lineno``,
-    ``pos`` (its index in the ``bytecode.Bytecode`` list, for rewriting) and ``in_try`` (whether an
-    exception handler covers it)."""
+    ``pos`` (its index in the ``bytecode.Bytecode`` list, for rewriting) and ``handler`` (the
+    exception-table entry covering it: handler index, stack depth, whether ``lasti`` is pushed;
+    None when no handler covers it)."""
 
-    __slots__ = ("name", "arg", "lineno", "target", "pos", "in_try")
+    __slots__ = ("name", "arg", "lineno", "target", "pos", "handler")
 
-    def __init__(self, name, arg, lineno, target=None, pos=-1, in_try=False):
+    def __init__(self, name, arg, lineno, target=None, pos=-1, handler=None):
         self.name = name
         self.arg = arg
         self.lineno = lineno
         self.target = target
         self.pos = pos
-        self.in_try = in_try
+        self.handler = handler
+
+    @property
+    def in_try(self) -> bool:
+        """Whether an exception handler (``try``, ``with``, a cleanup) covers this instruction:
+        a graph break cannot go there."""
+        return self.handler is not None
 
     def __repr__(self):
         return f"{self.name} {self.arg!r}"
@@ -67,25 +76,33 @@ def decode(code: types.CodeType) -> list[Inst]:
     insts = []
     labels: dict[Label, int] = {}
     pending: list[tuple[Inst, Label]] = []
-    try_depth = 0
     for pos, item in enumerate(bc):
         if isinstance(item, Label):
             labels[item] = len(insts)
         elif isinstance(item, Instr):
-            inst = Inst(item.name, item.arg, item.lineno, pos=pos, in_try=try_depth > 0)
+            inst = Inst(item.name, item.arg, item.lineno, pos=pos)
             if isinstance(item.arg, Label):
                 pending.append((inst, item.arg))
             insts.append(inst)
-        elif isinstance(item, TryBegin):
-            try_depth += 1
-        elif isinstance(item, TryEnd):
-            try_depth -= 1
-        # The exception table carries no behaviour on the path where nothing raises, which is
-        # the only path captured; ``in_try`` only tells where a graph break cannot go.
     for inst, label in pending:
         inst.target = labels[label]
+    _attach_handlers(code, insts)
     _decoded[code] = insts
     return insts
+
+
+def _attach_handlers(code: types.CodeType, insts: list[Inst]) -> None:
+    """Give each instruction its exception-table entry, read from the code object itself (the
+    stack depths are CPython's own; the abstract bytecode does not keep them)."""
+    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    if len(offsets) != len(insts):
+        raise Unsupported(f"the bytecode of {code.co_name}() (its instructions could not be matched up)")
+    index = {off: k for k, off in enumerate(offsets)}
+    for entry in dis._parse_exception_table(code):
+        handler = (index[entry.target], entry.depth, bool(entry.lasti))
+        for k, off in enumerate(offsets):
+            if entry.start <= off < entry.end:
+                insts[k].handler = handler
 
 
 def _star_arg_names(code) -> tuple[str, ...]:
@@ -140,6 +157,8 @@ class Translator:
         self.lineno = code.co_firstlineno
         #: Root frame only: stop before this instruction index (a graph break, second pass).
         self.break_at: int | None = None
+        #: The exception an ``except`` block of this frame is handling (PUSH_EXC_INFO).
+        self.handled: Value | None = None
 
     # -- stack ----------------------------------------------------------------------------------
     def push(self, v: Value):
@@ -172,6 +191,44 @@ class Translator:
 
     # -- running --------------------------------------------------------------------------------
     def run(self) -> Value:
+        while True:
+            try:
+                return self._run()
+            except PythonRaise as r:
+                self._unwind(r)
+
+    def _unwind(self, r: PythonRaise):
+        """Continue at the handler covering the instruction that raised, as Python does; an
+        exception that leaves the captured frame becomes a graph break before that instruction."""
+        inst = self.current
+        entry = inst.handler if inst is not None else None
+        if entry is None:
+            if self.parent is not None:
+                raise r
+            e = Unsupported(f"raising {r.exc.describe()}",
+                            "Python raises it when this line runs; framejit runs it as plain Python")
+            e.where = self.location()
+            e.break_index = self.pc - 1
+            raise e from None
+        target, depth, push_lasti = entry
+        if r.exc.context is NONE and self.handled_exception() is not None:
+            r.exc.context = self.handled_exception()
+        del self.stack[depth:]
+        if push_lasti:
+            self.push(const(inst.pos))
+        self.push(r.exc)
+        self.pc = target
+
+    def handled_exception(self) -> Value | None:
+        """The exception being handled (``sys.exc_info()``), looking through the calling frames."""
+        tx = self
+        while tx is not None:
+            if tx.handled is not None:
+                return tx.handled
+            tx = tx.parent
+        return None
+
+    def _run(self) -> Value:
         insts = self.insts
         try:
             while True:

@@ -116,6 +116,9 @@ def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
     if first.in_try:
         raise Unsupported("a graph break inside a `try` or `with` block",
                           "move the unsupported line out of the try/with block")
+    if first.name == "RAISE_VARARGS" and first.arg in (1, 2):
+        # An exception leaving the frame: the graph so far runs, then the `raise` itself.
+        return BreakPlan([first], [])
     if first.name in _POP_JUMPS or first.name in _OR_POP_JUMPS:
         if NULL in markers[:-1]:
             raise Unsupported("a graph break at a condition inside a pending call")

@@ -36,14 +36,15 @@ class SideEffects:
 
     # -- recording --------------------------------------------------------------------------------
     def store_attr(self, owner, name: str, value) -> None:
-        key = ("attr", owner.source.key, name)
+        key = ("attr", _owner_source(owner).key, name)
         self._remember(key)
         self._attrs[key] = (owner, name, value)
 
     def load_attr(self, owner, name: str):
-        if owner.source is None:
+        source = _owner_source(owner)
+        if source is None:
             return None
-        entry = self._attrs.get(("attr", owner.source.key, name))
+        entry = self._attrs.get(("attr", source.key, name))
         return entry[2] if entry is not None else None
 
     def store_global(self, globals_dict: dict, name: str, value) -> None:
@@ -99,7 +100,7 @@ class SideEffects:
             if kind == "attr":
                 owner, name, value = self._attrs[key]
                 values.append(f"___e{k} = {cg.expr(value)}")
-                writes.append(f"{cg.source_expr(owner.source)}.{name} = ___e{k}")
+                writes.append(f"{cg.source_expr(_owner_source(owner))}.{name} = ___e{k}")
             elif kind == "global":
                 globals_dict, name, value = self._globals[key]
                 values.append(f"___e{k} = {cg.expr(value)}")
@@ -125,3 +126,14 @@ class SideEffects:
                     writes.append(f"{target}[:] = ___e{k}")
         return values + writes
 
+
+def _owner_source(owner):
+    """Where an attribute write goes: the owner's path, or, for an object reached without one
+    (a library module's object), the object itself."""
+    if owner.source is not None:
+        return owner.source
+    obj = getattr(owner, "obj", None)
+    if obj is None:
+        return None
+    from .sources import ObjectSource
+    return ObjectSource(obj)

@@ -51,6 +51,23 @@ class ConstNames:
         return name
 
 
+class ObjectSource(Source):
+    """A fixed object reached without a path (a registry a library module holds): guards and
+    entry code refer to the object itself, so what is read *from* it is still re-checked."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.key = ("O", id(obj))
+
+    def expr(self, names):
+        return names(self.obj)
+
+    def name(self):
+        return f"the {type(self.obj).__name__} object"
+
+
 class LocalSource(Source):
     """An argument of the captured frame, by name."""
 
@@ -61,7 +78,8 @@ class LocalSource(Source):
         self.key = ("L", local)
 
     def expr(self, names):
-        return self.local
+        from .compat import py_name
+        return py_name(self.local)
 
     def name(self):
         if self.local.startswith("___stack"):

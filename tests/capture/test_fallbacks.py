@@ -245,7 +245,9 @@ def test_exception_in_fallback_frame_propagates_like_eager(stats):
     expected = _raised(check_positive, x)
     actual = _raised(compiled, x)
     assert type(actual) is ValueError and str(actual) == str(expected)
-    assert stats.eager_frames == 1
+    # Breaks at the tensor condition, then the resume function's `raise` runs natively after
+    # its (empty) graph: nothing runs wholly eager.
+    assert stats.graph_breaks == 2 and stats.eager_frames == 0
     y = torch.tensor([4.0, 9.0])
     assert_close_to_eager(compiled(y), check_positive(y))
 

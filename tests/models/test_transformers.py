@@ -55,10 +55,17 @@ def test_transformers_model_matches_eager(stats, name):
     assert stats.graphs >= 1  # the model's tensor code is captured, not all run eagerly
 
 
-@pytest.mark.xfail(strict=True, reason="issue #3 in progress: zero-argument super(), config objects "
-                   "with a custom __getattribute__, ModelOutput objects created inside forward "
-                   "still break the graph")
-@pytest.mark.parametrize("name", list(MODELS))
+#: Models that still break, and why (strict: each entry must still fail).
+STILL_BREAKING = {
+    "gpt2": "DynamicCache built from the per-layer config view; position_embeds.to(device)",
+    "llama": "DynamicCache built from the per-layer config view; inv_freq.to(device=..., dtype=...)",
+    "t5": "copy.deepcopy of the config inside get_text_config; DynamicCache",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue #3 in progress: {STILL_BREAKING[n]}"))
+    if n in STILL_BREAKING else n for n in MODELS])
 def test_transformers_model_is_one_graph(stats, name):
     _run(name)
     assert stats.graph_breaks == 0 and stats.graphs == 1 and stats.eager_frames == 0

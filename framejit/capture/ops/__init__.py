@@ -1,3 +1,3 @@
 """Opcode handlers, one module per family. Importing this package fills ``HANDLERS``."""
 
-from . import blocks, calls, containers, generators, jumps, loads_stores, operators  # noqa: F401
+from . import blocks, calls, containers, exceptions, generators, jumps, loads_stores, operators  # noqa: F401

@@ -82,9 +82,3 @@ def for_iter(tx, inst):
     tx.jump(inst)
     if PY312_PLUS and tx.insts[tx.pc].name == "END_FOR":
         tx.pc += 1
-
-
-@handler("LOAD_ASSERTION_ERROR")
-def load_assertion_error(tx, inst):
-    raise Unsupported("an assert that fails during capture",
-                      "the assertion would fail in plain Python too; check the inputs")

@@ -8,6 +8,8 @@ construct named as the user wrote it.
 
 from __future__ import annotations
 
+import inspect
+import types
 from typing import TYPE_CHECKING
 
 from ...errors import Unsupported
@@ -160,7 +162,10 @@ class ConstantValue(Value):
         k = key.as_constant()
         try:
             return wrap_sourceless(tx, self.value[k])
-        except (IndexError, KeyError, TypeError) as e:
+        except (IndexError, KeyError) as e:
+            from .exceptions import raise_python
+            raise_python(type(e), *e.args)
+        except TypeError as e:
             raise Unsupported(f"{self.describe()}[{k!r}] raises {type(e).__name__}: {e}") from e
 
     def getattr(self, tx, name):
@@ -171,6 +176,9 @@ class ConstantValue(Value):
             attr = getattr(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}") from e
+        if isinstance(attr, types.MappingProxyType) and isinstance(self.value, inspect.Signature):
+            from .containers import DictValue
+            return DictValue({k: ConstantValue(v) for k, v in attr.items()})  # sig.parameters
         if callable(attr):
             if not fold_call_allowed(type(self.value), name):
                 raise Unsupported(f"calling {type(self.value).__name__}.{name}()")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import enum
 import functools
+import inspect
 import math
 import operator
 import os
@@ -32,7 +33,7 @@ from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
                    torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice,
-                   types.CodeType)
+                   types.CodeType, inspect.Signature, inspect.Parameter)
 _BUILTIN_CALLABLES = {v for v in vars(builtins).values() if callable(v)}
 _MODULE_FUNCS = (math, operator)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -21,6 +22,7 @@ import torch
 from ...errors import Unsupported
 from .base import NONE, ConstantValue, Value, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
+from .exceptions import is_exception_class, make_exception, raise_python
 from .iterators import (
     ChainIterator,
     CountIterator,
@@ -76,6 +78,8 @@ class BuiltinValue(Value):
         handler = _BUILTIN_HANDLERS.get(fn)
         if handler is not None:
             return handler(tx, args, kwargs)
+        if is_exception_class(fn):
+            return make_exception(fn, args, kwargs)
         if fn in _OPERATORS_ON_VALUES:
             if kwargs:
                 raise Unsupported(f"operator.{fn.__name__}() with keyword arguments (TypeError)")
@@ -190,8 +194,48 @@ def _bi_callable(tx, args, kwargs):
 
 @handles(id)
 def _bi_id(tx, args, kwargs):
-    raise Unsupported("id()", "object identities differ between the capture and each run of the "
-                              "compiled code; compare objects with `is` instead")
+    """``id(obj)`` of an object that is the same one on every call the guards admit (a class, a
+    function, a module, an object from outside under an identity guard); other identities
+    (objects the function creates, tensors) differ from call to call."""
+    _arity("id", args, kwargs, 1, 1)
+    v = args[0]
+    if isinstance(v, ConstantValue):
+        obj = v.value if isinstance(v.value, _CANONICAL) or v.value in (None, True, False) else None
+    else:
+        probe = getattr(v, "pinned_object", None)
+        obj = probe() if probe is not None else None
+        if obj is None and hasattr(v, "pin") and v.source is not None:
+            obj = v.pin(tx)
+    if obj is None:
+        raise Unsupported(f"id() of {v.describe()}",
+                          "object identities differ between the capture and each run of the "
+                          "compiled code; compare objects with `is` instead")
+    return const(id(obj))
+
+
+_CANONICAL = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
+
+
+@handles(inspect.signature)
+def _inspect_signature(tx, args, kwargs):
+    """``inspect.signature(f)`` of a function or method whose code is known: a constant."""
+    from .functions import MethodValue, UserFunctionValue
+    if len(args) != 1:
+        raise Unsupported("inspect.signature() with these arguments")
+    f = args[0]
+    options = {k: v.as_constant() for k, v in kwargs.items()}
+    if isinstance(f, UserFunctionValue):
+        real = f.fn
+    elif isinstance(f, MethodValue) and isinstance(f.fn, types.FunctionType):
+        real = types.MethodType(f.fn, object())  # the signature of the bound method
+    elif f.is_constant() and callable(f.as_constant()):
+        real = f.as_constant()
+    else:
+        raise Unsupported(f"inspect.signature() of {f.describe()}")
+    try:
+        return const(inspect.signature(real, **options))
+    except (TypeError, ValueError) as e:
+        raise Unsupported(f"inspect.signature() of {f.describe()} raises {type(e).__name__}: {e}") from e
 
 
 @handles(getattr)
@@ -268,7 +312,7 @@ def _bi_next(tx, args, kwargs):
     if v is None:
         if len(args) > 1:
             return args[1]
-        raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        raise_python(StopIteration)
     return v
 
 

@@ -144,8 +144,9 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
         k = self._index(key)
         try:
             item = self.items[k]
-        except IndexError as e:
-            raise Unsupported(f"{self.describe()}[{k}] is out of range") from e
+        except IndexError:
+            from .exceptions import raise_python
+            raise_python(IndexError, f"{self.kind} index out of range")
         if isinstance(k, slice):
             return type(self)(item) if not isinstance(self, TupleValue) else TupleValue(item)
         return item
@@ -340,7 +341,8 @@ class DictValue(_Deferred, Value):
     def getitem(self, tx, key):
         k = _key(key)
         if k not in self.items:
-            raise Unsupported(f"{self.describe()}[{k!r}] raises KeyError")
+            from .exceptions import raise_python
+            raise_python(KeyError, k)
         return self.items[k]
 
     def _note_mutation(self, tx, what: str):

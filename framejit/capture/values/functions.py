@@ -17,7 +17,7 @@ from .tensor import TensorValue, graph_call
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
 _IMMUTABLE = (str, int, float, bool, complex, bytes, tuple, frozenset, range, slice, torch.Size,
-              torch.dtype, torch.device, type(None))
+              torch.dtype, torch.device, type(None), inspect.Signature, inspect.Parameter)
 
 
 def fold_call_allowed(typ: type, name: str) -> bool:

@@ -15,6 +15,7 @@ import types
 from ...errors import Unsupported
 from .. import compat
 from .base import NONE, Value, const
+from .exceptions import PythonRaise
 from .iterators import LazyIteratorValue
 
 _CO_GENERATOR = 0x20
@@ -103,6 +104,12 @@ class GeneratorValue(LazyIteratorValue):
         except YieldSignal as y:
             self.state = _SUSPENDED
             return y.value
+        except PythonRaise as r:
+            self.state = _DONE
+            if issubclass(r.exc.cls, StopIteration):
+                raise Unsupported(f"{self.describe()} raising StopIteration (RuntimeError: "
+                                  "generator raised StopIteration)") from None
+            raise
         except Unsupported as e:
             self.state = _DONE
             parent = self.frame.parent

@@ -3,13 +3,15 @@ symbolically on an :class:`ObjectValue` whose attributes live in a dict of value
 named tuples, and ``super()``.
 
 A class qualifies when creating and using its instances is ordinary Python that the capture can
-replay: metaclass ``type``, no ``__new__``, ``__getattribute__``, ``__setattr__`` or ``__del__``
+replay: metaclass ``type`` (or ``ABCMeta``, for a class with no abstract methods left), no ``__new__``, ``__getattribute__``, ``__setattr__`` or ``__del__``
 of its own (frozen dataclasses excepted), and no builtin base other than ``object``. Returned
 objects are rebuilt in the entry function with ``object.__new__`` and ``object.__setattr__``.
 """
 
 from __future__ import annotations
 
+import abc
+import collections
 import dataclasses
 import operator
 import types
@@ -19,6 +21,7 @@ import torch
 from ...errors import Unsupported
 from .base import NONE, ConstantValue, Value, const
 from .containers import TupleValue
+from .exceptions import is_exception_class, make_exception, raise_python
 
 _MISSING = object()
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
@@ -42,22 +45,41 @@ def _frozen_dataclass(cls) -> bool:
     return params is not None and params.frozen
 
 
-def plain_class_problem(cls: type) -> str | None:
+#: Builtin bases a class created in the frame may have besides ``object``: its instances keep
+#: their items in a dict of values (``transformers``' ``ModelOutput`` is an OrderedDict).
+_DICT_BASES = (collections.OrderedDict, dict)
+#: The standard attribute lookup, as object and dict define it.
+_GENERIC_GETATTRIBUTE = (vars(object)["__getattribute__"], vars(dict)["__getattribute__"])
+
+
+def dict_base(cls: type) -> type | None:
+    """The builtin dict class ``cls`` derives from (the first in its MRO), or None."""
+    for klass in cls.__mro__:
+        if klass in _DICT_BASES:
+            return klass
+    return None
+
+
+def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
     """Why instances of ``cls`` cannot be created symbolically, or None when they can."""
-    if type(cls) is not type:
+    if type(cls) is abc.ABCMeta:
+        if cls.__abstractmethods__:
+            return ("it is abstract (TypeError: can't instantiate abstract class with "
+                    f"{', '.join(sorted(cls.__abstractmethods__))})")
+    elif type(cls) is not type:
         return f"its metaclass is {type(cls).__name__}"
+    base = dict_base(cls) if allow_dict else None
     for klass in cls.__mro__[:-1]:
-        if not klass.__flags__ & _HEAPTYPE:
+        if not klass.__flags__ & _HEAPTYPE and not (base is not None and klass in _DICT_BASES):
             return f"it derives from the builtin {klass.__name__}"
-    if cls.__new__ is not object.__new__:
+    if cls.__new__ is not object.__new__ and not (base is not None and cls.__new__ is base.__new__):
         return "it defines __new__"
-    if cls.__getattribute__ is not object.__getattribute__:
+    if class_lookup(cls, "__getattribute__") not in _GENERIC_GETATTRIBUTE:
         return "it customises attribute access (__getattribute__)"
-    if not _frozen_dataclass(cls):
-        if cls.__setattr__ is not object.__setattr__:
-            return "it defines __setattr__"
-        if cls.__delattr__ is not object.__delattr__:
-            return "it defines __delattr__"
+    for name in ("__setattr__", "__delattr__"):
+        method = getattr(cls, name)
+        if method is not getattr(object, name) and not isinstance(method, types.FunctionType):
+            return f"it defines {name}"
     if class_lookup(cls, "__del__") is not _MISSING:
         return "it defines __del__"
     return None
@@ -78,17 +100,22 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
                           "create modules in __init__, outside the compiled function")
     if is_namedtuple_class(cls):
         return construct_namedtuple(tx, cls, args, kwargs)
+    if is_exception_class(cls):
+        return make_exception(cls, args, kwargs)
     problem = plain_class_problem(cls) if isinstance(cls, type) else "it is not a class"
     if problem is not None:
         raise Unsupported(f"creating a {getattr(cls, '__name__', cls)} object inside the compiled "
                           f"function ({problem})",
                           "create it outside and pass it in; objects of plain Python classes and "
                           "dataclasses are captured")
-    obj = ObjectValue(cls_value)
+    base = dict_base(cls)
+    obj = ObjectValue(cls_value) if base is None else DictObjectValue(cls_value, base)
     init = class_lookup(cls, "__init__")
     if init is object.__init__:
         if args or kwargs:
             raise Unsupported(f"{cls.__name__}() takes no arguments (TypeError)")
+    elif base is not None and init is base.__init__:
+        obj.storage_call(tx, "__init__", args, kwargs)
     elif isinstance(init, types.FunctionType):
         result = tx.inline_function(init, [obj, *args], kwargs)
         if not (isinstance(result, ConstantValue) and result.value is None):
@@ -163,6 +190,8 @@ class ObjectValue(Value):
         cls = self.user_class
         if name == "__class__":
             return self.cls_value
+        if name == "__dict__" and class_lookup(cls, "__dict__") is not _MISSING:
+            return dict_view(self.attrs)
         static = class_lookup(cls, name)
         if _is_data_descriptor(static):
             if isinstance(static, property):
@@ -177,7 +206,7 @@ class ObjectValue(Value):
         if static is _MISSING:
             if class_lookup(cls, "__getattr__") is not _MISSING:
                 raise Unsupported(f"reading .{name} of {self.describe()}, whose class defines __getattr__")
-            raise Unsupported(f"{self.describe()} has no attribute {name!r} (AttributeError)")
+            raise_python(AttributeError, f"{self.user_class.__name__!r} object has no attribute {name!r}")
         return bind_class_attribute(tx, self.cls_value, name, static, self)
 
     def hasattr(self, tx, name):
@@ -194,6 +223,10 @@ class ObjectValue(Value):
         if _frozen_dataclass(self.user_class):
             raise Unsupported(f"assigning .{name} of the frozen dataclass {self.user_class.__name__} "
                               "(FrozenInstanceError)")
+        custom = self._dunder("__setattr__")
+        if custom is not None:
+            tx.inline_function(custom, [self, const(name), value], {})
+            return
         self.object_setattr(tx, name, value)
 
     def object_setattr(self, tx, name: str, value: Value):
@@ -215,6 +248,13 @@ class ObjectValue(Value):
         self.attrs[name] = value
 
     def delattr(self, tx, name):
+        custom = self._dunder("__delattr__")
+        if custom is not None:
+            tx.inline_function(custom, [self, const(name)], {})
+            return
+        self.object_delattr(tx, name)
+
+    def object_delattr(self, tx, name):
         if _frozen_dataclass(self.user_class) or _is_data_descriptor(class_lookup(self.user_class, name)):
             raise Unsupported(f"deleting .{name} of {self.describe()}")
         if name not in self.attrs:
@@ -297,6 +337,150 @@ class ObjectValue(Value):
 _building: set[int] = set()
 
 
+def dict_view(items: dict) -> Value:
+    """A dict value whose items are ``items`` itself: writes through it change the owner."""
+    from .containers import DictValue
+    view = DictValue({})
+    view.items = items
+    return view
+
+
+#: dict methods answered from the items of a dict-derived object (through BoundMethod).
+_VIEW_METHODS = frozenset({"keys", "values", "items", "get", "update", "pop", "setdefault", "copy",
+                           "__contains__", "clear", "popitem"})
+
+
+class DictObjectValue(ObjectValue):
+    """An instance, created in the frame, of a class deriving from dict or OrderedDict: its
+    attributes in ``attrs`` and its items in ``items``. The class's Python methods run as
+    written; the dict methods it inherits act on ``items``."""
+
+    __slots__ = ("base", "items")
+
+    def __init__(self, cls_value, base: type):
+        super().__init__(cls_value)
+        self.base = base
+        self.items: dict = {}
+
+    def _inherited(self, name: str) -> bool:
+        """Whether ``name`` resolves to the builtin dict's own method."""
+        for klass in self.user_class.__mro__:
+            if name in vars(klass):
+                return klass in _DICT_BASES
+        return False
+
+    def storage_call(self, tx, name: str, args, kwargs) -> Value:
+        """The builtin dict's method ``name`` on this object's items."""
+        view = dict_view(self.items)
+        if name == "__init__" or name == "update":
+            if name == "__init__" and len(args) > 1:
+                raise Unsupported(f"{self.user_class.__name__}() with these arguments (TypeError)")
+            from .pycollections import fill_dict
+            fill_dict(tx, view, args, kwargs, self.base.__name__)
+            return NONE
+        if kwargs:
+            raise Unsupported(f"{self.base.__name__}.{name}() with keyword arguments")
+        if name == "__getitem__":
+            return view.getitem(tx, args[0])
+        if name == "__setitem__":
+            view.setitem(tx, args[0], args[1])
+            return NONE
+        if name == "__delitem__":
+            view.delitem(tx, args[0])
+            return NONE
+        if name == "__len__":
+            return const(len(self.items))
+        if name == "__iter__":
+            from .containers import ListValue
+            from .iterators import as_iterator
+            return as_iterator(tx, ListValue([const(k) for k in self.items]))
+        if name == "__contains__":
+            return const(view.contains(tx, args[0]))
+        if name in _VIEW_METHODS:
+            from .containers import BoundMethod
+            return BoundMethod(view, name).call(tx, args, kwargs)
+        raise Unsupported(f"{self.base.__name__}.{name}() on {self.describe()}")
+
+    def getattr(self, tx, name):
+        if name not in self.attrs and self._inherited(name) and not name.startswith("__"):
+            return DictStorageMethod(self, name)
+        return super().getattr(tx, name)
+
+    def _protocol(self, tx, name: str, args, what: str) -> Value:
+        if self._inherited(name):
+            return self.storage_call(tx, name, args, {})
+        return self._call_dunder(tx, name, args, what)
+
+    def getitem(self, tx, key):
+        return self._protocol(tx, "__getitem__", [key], "indexing")
+
+    def setitem(self, tx, key, value):
+        self._protocol(tx, "__setitem__", [key, value], "assigning an item of")
+
+    def delitem(self, tx, key):
+        self._protocol(tx, "__delitem__", [key], "deleting an item of")
+
+    def contains(self, tx, item):
+        return self._protocol(tx, "__contains__", [item], "`in` on").truthy(tx)
+
+    def length(self, tx):
+        if self._inherited("__len__"):
+            return len(self.items)
+        return super().length(tx)
+
+    def truthy(self, tx):
+        if self._dunder("__bool__") is None and self._inherited("__len__"):
+            return bool(self.items)
+        return super().truthy(tx)
+
+    def iterate(self, tx):
+        if self._inherited("__iter__"):
+            return [const(k) for k in self.items]
+        return super().iterate(tx)
+
+    def reconstruct(self, cg):
+        if id(self) in _building:
+            raise Unsupported(f"returning {self.describe()}, which refers to itself")
+        _building.add(id(self))
+        try:
+            def build():
+                items = ", ".join(f"({cg.literal(k)}, {cg.expr(v)})" for k, v in self.items.items())
+                attrs = ", ".join(f"{k!r}: {cg.expr(v)}" for k, v in self.attrs.items())
+                return (f"{cg.const_name(rebuild_dict_object)}({cg.expr(self.cls_value)}, "
+                        f"{cg.const_name(self.base)}, [{items}], {{{attrs}}})")
+            return cg.shared(self, build)
+        finally:
+            _building.discard(id(self))
+
+
+class DictStorageMethod(Value):
+    """A builtin dict method of a dict-derived object (``out.keys``, ``super().__setitem__``)."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: DictObjectValue, name: str):
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+
+    def describe(self):
+        return f"{self.obj.describe()}.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        return self.obj.storage_call(tx, self.name, args, kwargs)
+
+
+def rebuild_dict_object(cls, base, items, attrs: dict):
+    """Used by entry functions: a dict-derived object with these items and attributes, built
+    without running the class's own __init__ or __setitem__."""
+    obj = base.__new__(cls)
+    for key, value in items:
+        base.__setitem__(obj, key, value)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
 def rebuild_object(cls, attrs: dict):
     """Used by entry functions: an object of ``cls`` with these attributes, without __init__."""
     obj = object.__new__(cls)
@@ -363,7 +547,13 @@ class SuperValue(Value):
             return MethodValue(attr.__func__, owner)
         if isinstance(attr, property) and not self.obj_is_class and attr.fget is not None:
             return tx.inline_function(attr.fget, [self.obj], {})
-        if (attr is object.__init__ or attr is object.__setattr__) and not self.obj_is_class:
+        if klass in _DICT_BASES and not self.obj_is_class:
+            if isinstance(self.obj, DictObjectValue):
+                return DictStorageMethod(self.obj, name)
+            if hasattr(self.obj, "dict_method"):
+                return self.obj.dict_method(tx, name)
+        if (attr is object.__init__ or attr is object.__setattr__ or attr is object.__delattr__) \
+                and not self.obj_is_class:
             return PartialValue(wrap_sourceless(tx, attr), [self.obj], {})
         if attr is object.__getattribute__ and not self.obj_is_class \
                 and hasattr(self.obj, "generic_getattr"):
@@ -458,12 +648,23 @@ def object_setattr(tx, args, kwargs):
     return NONE
 
 
+def object_delattr(tx, args, kwargs):
+    if kwargs or len(args) != 2:
+        raise Unsupported("object.__delattr__() with these arguments (TypeError)")
+    target, name = args
+    deleter = getattr(target, "object_delattr", None)
+    if deleter is None:
+        raise Unsupported(f"object.__delattr__() on {target.describe()}")
+    deleter(tx, name.as_constant())
+    return NONE
+
+
 def object_new(tx, args, kwargs):
     cls_value = args[0] if args else None
     cls = cls_value.as_constant() if cls_value is not None and cls_value.is_constant() else None
     if not isinstance(cls, type) or kwargs or len(args) != 1 or is_namedtuple_class(cls):
         raise Unsupported("object.__new__() with these arguments")
-    problem = plain_class_problem(cls)
+    problem = plain_class_problem(cls, allow_dict=False)
     if problem is not None:
         raise Unsupported(f"object.__new__({cls.__name__}) ({problem})")
     from .objects import ClassValue
@@ -493,7 +694,8 @@ def dataclass_fields_replace(tx, args, kwargs):
 
 
 CONSTRUCTORS = {
-    object.__setattr__: object_setattr, object.__new__: object_new, object.__init__: object_init,
+    object.__setattr__: object_setattr, object.__delattr__: object_delattr, object.__new__: object_new,
+    object.__init__: object_init,
     dataclasses.replace: dataclass_fields_replace,
 }
 

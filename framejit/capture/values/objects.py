@@ -14,17 +14,55 @@ from .base import Value
 _MISSING = object()
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
-_GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__)
+_GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__,
+                         vars(dict)["__getattribute__"])
+#: dict methods that only read, answered for dict-derived objects from outside.
+_DICT_READERS = frozenset({"get", "keys", "values", "items", "__contains__", "__getitem__", "__len__",
+                           "__iter__", "copy"})
 
 
 class UserObjectValue(Value):
     """An instance of a user class, guarded by its type; attributes read through its source."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("obj", "_storage")
 
     def __init__(self, obj, source):
         super().__init__(source)
         self.obj = obj
+        self._storage = None
+
+    def dict_storage(self, tx):
+        """The items of a dict-derived object, read (and guarded) through its source: a
+        read-only dict value."""
+        if self._storage is not None:
+            return self._storage
+        obj = self.obj
+        if not isinstance(obj, dict):
+            raise Unsupported(f"reading the items of {self.describe()}")
+        from ..sources import ObjectSource
+        source = self.source if self.source is not None else ObjectSource(obj)
+        from .instances import class_lookup
+        for name in ("__getitem__", "__iter__"):
+            if isinstance(class_lookup(type(obj), name), types.FunctionType):
+                raise Unsupported(f"reading the items of {self.describe()}, whose class defines {name}")
+        keys = tuple(dict.keys(obj))
+        if not all(isinstance(k, (str, int)) for k in keys):
+            raise Unsupported(f"reading the items of {self.describe()}, whose keys are not strings or ints")
+        from ..guards import DictKeysGuard
+        from ..sources import ItemSource
+        from .builder import borrowed, wrap
+        tx.output.guards.add(DictKeysGuard(source, type(obj), keys))
+        from .containers import DictValue
+        items = {k: wrap(tx, dict.__getitem__(obj, k), ItemSource(source, k)) for k in keys}
+        self._storage = borrowed(DictValue(items), obj)
+        return self._storage
+
+    def dict_method(self, tx, name: str) -> Value:
+        """The builtin dict method ``name`` of a dict-derived object (reads only)."""
+        if name not in _DICT_READERS:
+            raise Unsupported(f"calling dict.{name}() on {self.describe()}, which comes from outside "
+                              "the compiled function")
+        return _DictReader(self.dict_storage(tx), name)
 
     def describe(self):
         where = f" {self.source.name()}" if self.source is not None else ""
@@ -86,6 +124,8 @@ class UserObjectValue(Value):
             return wrap_sourceless(tx, static.__func__)
         if isinstance(static, classmethod):
             return MethodValue(static.__func__, wrap_sourceless(tx, cls))
+        if isinstance(obj, dict) and _defined_by_dict(cls, name):
+            return self.dict_method(tx, name)
         if self.source is not None:
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         return wrap_sourceless(tx, getattr(obj, name))
@@ -99,18 +139,24 @@ class UserObjectValue(Value):
     def contains(self, tx, item):
         fn = self._python_dunder("__contains__")
         if fn is None:
+            if isinstance(self.obj, dict):
+                return self.dict_storage(tx).contains(tx, item)
             return super().contains(tx, item)
         return tx.inline_function(fn, [self, item], {}).truthy(tx)
 
     def getitem(self, tx, key):
         fn = self._python_dunder("__getitem__")
         if fn is None:
+            if isinstance(self.obj, dict):
+                return self.dict_storage(tx).getitem(tx, key)
             return super().getitem(tx, key)
         return tx.inline_function(fn, [self, key], {})
 
     def length(self, tx):
         fn = self._python_dunder("__len__")
         if fn is None:
+            if isinstance(self.obj, dict):
+                return self.dict_storage(tx).length(tx)
             return super().length(tx)
         return tx.inline_function(fn, [self], {}).as_constant()
 
@@ -119,7 +165,7 @@ class UserObjectValue(Value):
         for plain attributes of classes that do not customise attribute assignment."""
         cls = type(self.obj)
         static = inspect.getattr_static(cls, name, _MISSING)
-        if self.source is None or cls.__setattr__ is not object.__setattr__ \
+        if cls.__setattr__ is not object.__setattr__ \
                 or not hasattr(self.obj, "__dict__") or _is_data_descriptor(static):
             return super().setattr(tx, name, value)
         tx.output.side_effects.store_attr(self, name, value)
@@ -166,6 +212,45 @@ class UserObjectValue(Value):
                 return bool(result)
             raise Unsupported(f"using {self.describe()} as a condition (its class defines {name})")
         return True
+
+
+def _defined_by_dict(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` resolves to a method of the builtin dict or OrderedDict."""
+    import collections
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass in (dict, collections.OrderedDict)
+    return False
+
+
+class _DictReader(Value):
+    """A reading dict method (``get``, ``keys``...) of a dict-derived object from outside."""
+
+    __slots__ = ("storage", "name")
+
+    def __init__(self, storage, name: str):
+        super().__init__(None)
+        self.storage = storage
+        self.name = name
+
+    def describe(self):
+        return f"dict.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        from .base import const
+        from .containers import BoundMethod, ListValue
+        from .iterators import as_iterator
+        storage, name = self.storage, self.name
+        if name == "__getitem__":
+            return storage.getitem(tx, args[0])
+        if name == "__len__":
+            return const(storage.length(tx))
+        if name == "__iter__":
+            return as_iterator(tx, ListValue(storage.iterate(tx)))
+        if name == "copy":
+            from .containers import DictValue
+            return DictValue(storage.items)
+        return BoundMethod(storage, name).call(tx, args, kwargs)
 
 
 def _is_data_descriptor(attr) -> bool:
