@@ -284,7 +284,45 @@ def id_of_fixed_objects(x):
     return x * len(memo[id(Concrete)] + memo[id(len)])
 
 
+class Cache:
+    def __init__(self):
+        self.layers = []
+
+    @property
+    def compileable(self):
+        if not self.layers:
+            raise AttributeError("no layers yet")
+        return True
+
+    @property
+    def size(self):
+        return len(self.layers)
+
+
+def getattr_default_on_raising_property(x):
+    c = Cache()
+    a = getattr(c, "compileable", False)
+    b = hasattr(c, "compileable")
+    c.layers.append(1)
+    return x * (1 + a + b + getattr(c, "compileable", False) + hasattr(c, "size") + c.size)
+
+
+def iterates_outside_sequence(x, window):
+    return x * sum(v for v in window) + len(list(window))
+
+
+def device_moves(x, y):
+    a = x.to(y.device) + 1
+    b = y.to(device=x.device, dtype=torch.float64)
+    c = x.cpu().to("cpu", torch.float16)
+    d = torch.arange(3, device=x.device) + x.to(x)
+    return a, b, c, d
+
+
 CASES = [
+    (getattr_default_on_raising_property, lambda: (r(3),)),
+    (iterates_outside_sequence, lambda: (r(3), Window(4))),
+    (device_moves, lambda: (r(3), r(3))),
     (caught_key_error, lambda: (r(3), {"a": 1})),
     (caught_with_name, lambda: (r(3),)),
     (finally_runs, lambda: (r(3),)),

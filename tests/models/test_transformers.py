@@ -57,8 +57,6 @@ def test_transformers_model_matches_eager(stats, name):
 
 #: Models that still break, and why (strict: each entry must still fail).
 STILL_BREAKING = {
-    "gpt2": "DynamicCache built from the per-layer config view; position_embeds.to(device)",
-    "llama": "DynamicCache built from the per-layer config view; inv_freq.to(device=..., dtype=...)",
     "t5": "copy.deepcopy of the config inside get_text_config; DynamicCache",
 }
 

@@ -22,7 +22,7 @@ import torch
 from ...errors import Unsupported
 from .base import NONE, ConstantValue, Value, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
-from .exceptions import is_exception_class, make_exception, raise_python
+from .exceptions import PythonRaise, is_exception_class, make_exception, raise_python
 from .iterators import (
     ChainIterator,
     CountIterator,
@@ -243,9 +243,26 @@ def _bi_getattr(tx, args, kwargs):
     _arity("getattr", args, kwargs, 2, 3)
     name = args[1].as_constant()
     if len(args) > 2:
-        if not has_attr(tx, args[0], name):
-            return args[2]
+        return _read_or_missing(tx, args[0], name, lambda value: value, lambda: args[2])
     return args[0].getattr(tx, name)
+
+
+def _read_or_missing(tx, v: Value, name: str, found, missing):
+    """``found(v.name)``, or ``missing()`` when reading it raises AttributeError (a property
+    whose getter raises it included), as ``getattr(v, name, default)`` and ``hasattr`` do."""
+    try:
+        known = has_attr(tx, v, name)
+    except Unsupported:
+        known = None  # only reading it tells (a property)
+    if known is False:
+        return missing()
+    try:
+        value = v.getattr(tx, name)
+    except PythonRaise as r:
+        if known is None and issubclass(r.exc.cls, AttributeError):
+            return missing()
+        raise
+    return found(value)
 
 
 def has_attr(tx, v: Value, name: str) -> bool:
@@ -262,7 +279,11 @@ def has_attr(tx, v: Value, name: str) -> bool:
 @handles(hasattr)
 def _bi_hasattr(tx, args, kwargs):
     _arity("hasattr", args, kwargs, 2, 2)
-    return const(has_attr(tx, args[0], args[1].as_constant()))
+    v, name = args[0], args[1].as_constant()
+    try:
+        return const(has_attr(tx, v, name))
+    except Unsupported:
+        return _read_or_missing(tx, v, name, lambda value: const(True), lambda: const(False))
 
 
 @handles(setattr)

@@ -152,6 +152,14 @@ class UserObjectValue(Value):
             return super().getitem(tx, key)
         return tx.inline_function(fn, [self, key], {})
 
+    def iterate(self, tx):
+        fn = self._python_dunder("__iter__")
+        if fn is None:
+            if isinstance(self.obj, dict):
+                return self.dict_storage(tx).iterate(tx)
+            return super().iterate(tx)
+        return tx.inline_function(fn, [self], {}).iterate(tx)
+
     def length(self, tx):
         fn = self._python_dunder("__len__")
         if fn is None:

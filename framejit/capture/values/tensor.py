@@ -206,13 +206,23 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     meta_args = [to_meta(a) for a in args]
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
     device = _infer_device(kind, target, meta_args, meta_kwargs, devices)
-    if not devices and kind == "call_function" and ("device" in meta_kwargs or _is_factory(target)):
-        # A factory function: build its example on meta. Never run it for real: that would
-        # allocate, and a random one would move the user's random stream.
+    if "device" in meta_kwargs or (not devices and kind == "call_function" and _is_factory(target)):
+        # A factory function, or a device argument: build its example on meta. Never run it for
+        # real: that would allocate, and a random one would move the user's random stream.
         meta_kwargs["device"] = "meta"
+    meta_target = target
+    if kind == "call_method" and target in ("to", "cuda", "cpu"):
+        # A device move: examples stay on meta (the node's device is recorded separately).
+        meta_target = "to"
+        if target != "to":
+            meta_args = meta_args[:1]
+            meta_kwargs = {k: v for k, v in meta_kwargs.items() if k in ("non_blocking", "memory_format")}
+        else:
+            meta_args = [meta_args[0]] + ["meta" if isinstance(a, (str, torch.device)) else a
+                                          for a in meta_args[1:]]
     inplace = impure or _is_inplace(kind, target, kwargs)
     try:
-        result = _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=not inplace)
+        result = _run_on_meta(kind, meta_target, meta_args, meta_kwargs, cacheable=not inplace)
     except Unsupported:
         raise
     except Exception as e:
