@@ -45,6 +45,11 @@ class OutputGraph:
         #: Grad mode when capture started; the graph may switch it (``with torch.no_grad()``).
         self.initial_grad_mode = torch.is_grad_enabled()
         self.switches_grad_mode = False
+        #: The graph may end in another grad mode because a `with` block spans the frame's
+        #: edge: a graph break inside it, or a resume function leaving one its caller entered.
+        self.grad_mode_handover = False
+        #: (source, mode it restores) of the grad-mode blocks entered before this frame.
+        self.outside_grad_exits: list = []
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
 
@@ -117,7 +122,8 @@ class OutputGraph:
         else:
             (ret,) = exprs
         graph = self.graph
-        if self.switches_grad_mode and torch.is_grad_enabled() != self.initial_grad_mode:
+        if self.switches_grad_mode and torch.is_grad_enabled() != self.initial_grad_mode \
+                and not self.grad_mode_handover:
             raise Unsupported("a grad mode change that outlives the compiled function "
                               "(torch.set_grad_enabled() outside a `with`)",
                               "use `with torch.no_grad():` inside, or switch grad mode before the call")
@@ -135,10 +141,17 @@ class OutputGraph:
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
             call = f"{cg.const_name(compiled)}({call_args})"
             if self.switches_grad_mode:
-                # The graph switches grad mode and back; if it raises half-way, switch back too.
-                lines += [f"___grad = {cg.const_name(torch.is_grad_enabled)}()",
-                          f"try:\n        ___o = {call}",
-                          f"finally:\n        {cg.const_name(torch._C._set_grad_enabled)}(___grad)"]
+                # The graph switches grad mode (and back, unless a `with` block spans a break);
+                # if it raises half-way, grad mode is left as the `with` blocks' exits would.
+                if self.outside_grad_exits:
+                    outermost = min(self.outside_grad_exits, key=lambda e: _stack_slot(e[0]))
+                    restore = repr(outermost[1])
+                else:
+                    lines.append(f"___grad = {cg.const_name(torch.is_grad_enabled)}()")
+                    restore = "___grad"
+                lines += [f"try:\n        ___o = {call}",
+                          f"except BaseException:\n        "
+                          f"{cg.const_name(torch._C._set_grad_enabled)}({restore})\n        raise"]
             else:
                 lines.append(f"___o = {call}")
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
@@ -273,3 +286,9 @@ def _identifier(name: str) -> str:
     if not s or s[0].isdigit():
         s = "t_" + s
     return s
+
+
+def _stack_slot(source) -> int:
+    """The stack position a resume function's parameter came from (outer blocks are lower)."""
+    local = getattr(source, "local", "")
+    return int(local[len("___stack"):]) if local.startswith("___stack") else 1 << 30

@@ -24,7 +24,7 @@ import types
 import weakref
 from dataclasses import dataclass
 
-from bytecode import Bytecode, FreeVar, Instr, Label
+from bytecode import Bytecode, FreeVar, Instr, Label, TryBegin, TryEnd
 
 from ..errors import Unsupported
 from . import compat
@@ -113,9 +113,9 @@ class BreakPlan:
 def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
     """Which instructions to run natively from ``index`` and where to resume, or Unsupported."""
     first = insts[index]
-    if first.in_try:
-        raise Unsupported("a graph break inside a `try` or `with` block",
-                          "move the unsupported line out of the try/with block")
+    if first.in_try and not only_with_blocks(insts, first):
+        raise Unsupported("a graph break inside a `try` block",
+                          "move the unsupported line out of the try block")
     if first.name == "RAISE_VARARGS" and first.arg in (1, 2):
         # An exception leaving the frame: the graph so far runs, then the `raise` itself.
         return BreakPlan([first], [])
@@ -135,7 +135,7 @@ def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
     while True:
         inst = insts[i]
         effect = _effect(inst)
-        if effect is None or inst.target is not None or (inst.in_try and i != index):
+        if effect is None or inst.target is not None or (inst.handler != first.handler and i != index):
             raise Unsupported(f"a graph break at {first.name} followed by {inst.name}",
                               "split the expression so the unsupported call stands alone")
         pops, pushes = effect
@@ -151,6 +151,24 @@ def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
             return BreakPlan(native, [Exit(i, len(markers), False, _iters(original, lowest))])
         if len(native) > _MAX_NATIVE:
             raise Unsupported("a graph break inside a very long expression")
+
+
+def only_with_blocks(insts: list[Inst], inst: Inst) -> bool:
+    """Whether every handler around ``inst`` is a ``with`` block's (none a ``try``): walk from
+    the innermost handler out, through each handler's own cleanup region."""
+    entry = inst.handler
+    seen = 0
+    while entry is not None and seen < 64:
+        target = entry[0]
+        if not (insts[target].name == "PUSH_EXC_INFO" and target + 1 < len(insts)
+                and insts[target + 1].name == "WITH_EXCEPT_START"):
+            return False
+        cleanup = insts[target].handler  # COPY 3; POP_EXCEPT; RERAISE 1
+        if cleanup is None:
+            return True
+        entry = insts[cleanup[0]].handler  # what covers the cleanup: the enclosing block
+        seen += 1
+    return entry is None
 
 
 def _iters(markers: list[str], below: int) -> tuple:
@@ -263,6 +281,10 @@ def _temp(k: int) -> str:
     return f"___fj_s{k}"
 
 
+def _exit_temp(slot: int) -> str:
+    return f"___fj_exit{slot}"
+
+
 def _forward(name: str) -> str:
     # The jump in the rewritten code always goes forward, to its resume call.
     return name.replace("BACKWARD", "FORWARD") if compat.PY311 else name
@@ -270,10 +292,12 @@ def _forward(name: str) -> str:
 
 def break_code(code: types.CodeType, entry, local_names: list[str], markers: list[str],
                plan: BreakPlan, resumes: list, live: tuple[str, ...],
-               base: types.CodeType | None = None) -> types.CodeType:
+               base: types.CodeType | None = None, exit_slots: tuple = ()) -> types.CodeType:
     """The rewritten frame: run ``entry``, restore locals and stack, run ``plan.native``, then
     return the result of the resume function of the exit taken. ``resumes[k]`` is, for
-    ``plan.exits[k]``, either a function (LOAD_CONST) or a code object needing the closure."""
+    ``plan.exits[k]``, either a function (LOAD_CONST) or a code object needing the closure.
+    ``exit_slots`` are the stack positions of the ``__exit__``s of the ``with`` blocks the
+    break is inside: if the native instructions raise, those run before the exception leaves."""
     bc = Bytecode.from_code(code)
     line = code.co_firstlineno
     body: list = []
@@ -306,7 +330,7 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
         body += [Instr("LOAD_FAST", _STATE, lineno=line), Instr("LOAD_CONST", j, lineno=line),
                  Instr("BINARY_SUBSCR", lineno=line), Instr("STORE_FAST", name, lineno=line)]
     idx = len(local_names)
-    for m in markers:
+    for slot, m in enumerate(markers):
         if m == NULL:
             body.append(Instr("PUSH_NULL", lineno=line))
         else:
@@ -314,14 +338,22 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
                      Instr("BINARY_SUBSCR", lineno=line)]
             if m == ITER:
                 body.append(Instr("GET_ITER", lineno=line))  # the entry returned a list
+            if slot in exit_slots:
+                body += [Instr("COPY", 1, lineno=line), Instr("STORE_FAST", _exit_temp(slot), lineno=line)]
             idx += 1
     jump_label = Label()
+    handler = Label()
+    try_begin = TryBegin(handler, push_lasti=False) if exit_slots else None
+    if try_begin is not None:
+        body.append(try_begin)
     for inst in plan.native:
         iline = inst.lineno or line
         if inst.target is not None:
             body.append(Instr(_forward(inst.name), jump_label, lineno=iline))
         else:
             body.append(Instr(inst.name, inst.arg, lineno=iline))
+    if try_begin is not None:
+        body.append(TryEnd(try_begin))
     for k, (exit_, resume) in enumerate(zip(plan.exits, resumes)):
         if exit_.is_jump:
             body.append(jump_label)
@@ -346,6 +378,13 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
         loads = [Instr("LOAD_FAST", temps.get(n, n), lineno=eline) for n in names]
         body += tail_call(fn_load, loads, eline)
         body.append(Instr("RETURN_VALUE", lineno=eline))
+    if try_begin is not None:
+        # The native instructions raised: leave the `with` blocks (innermost first), re-raise.
+        body.append(handler)
+        for slot in reversed(exit_slots):
+            body += tail_call([Instr("LOAD_FAST", _exit_temp(slot), lineno=line)], [], line)
+            body.append(Instr("POP_TOP", lineno=line))
+        body.append(Instr("RERAISE", 0, lineno=line))
     bc.clear()
     bc.extend(body)
     return bc.to_code()

@@ -85,3 +85,131 @@ def test_backward_through_graph_after_no_grad_block(stats):
     x.grad = w.grad = None
     f(x, w).backward()
     assert_close_to_eager((gx, gw), (x.grad, w.grad))
+
+
+# -- graph breaks inside grad-mode `with` blocks ----------------------------------------------------
+#
+# The frame is split inside the block: the graph so far leaves grad mode as the block set it, the
+# unsupported line runs natively (an exception there still leaves the block), and the resume
+# function's code leaves the block when it ends.
+
+def print_inside_no_grad(x, w):
+    y = x @ w
+    with torch.no_grad():
+        z = y * 2
+        print("inside the block")
+        z = z + 1
+    return y.sum() + z.sum(), z, torch.is_grad_enabled()
+
+
+def branch_inside_no_grad(x, w):
+    y = x @ w
+    with torch.no_grad():
+        z = y * 2
+        if z.sum() > 0:
+            z = z + 1
+        else:
+            z = z - 1
+    return y + z
+
+
+def nested_blocks_with_break(x, w):
+    with torch.no_grad():
+        a = x @ w
+        with torch.enable_grad():
+            b = x @ w
+            print("nested")
+            c = b * 2
+        d = a + 1
+    return a, b, c, d, torch.is_grad_enabled()
+
+
+def loop_break_inside_set_grad(x, w):
+    out = x
+    with torch.set_grad_enabled(False):
+        for i in range(3):
+            out = out @ w
+            print("step", i)
+    return out, out.requires_grad
+
+
+def _grad_cases():
+    def leaf():
+        return torch.randn(3, 3, requires_grad=True)
+
+    return [
+        (print_inside_no_grad, lambda: (torch.randn(2, 3), leaf()), 1),
+        (branch_inside_no_grad, lambda: (torch.randn(2, 3), leaf()), 1),
+        (nested_blocks_with_break, lambda: (torch.randn(3, 3), leaf()), 1),
+        (loop_break_inside_set_grad, lambda: (torch.randn(2, 3), leaf()), 3),
+    ]
+
+
+@pytest.mark.parametrize("fn, make, breaks", _grad_cases(), ids=[c[0].__name__ for c in _grad_cases()])
+def test_graph_break_inside_grad_mode_block(stats, fn, make, breaks, capsys):
+    args = make()
+    expected = fn(*args)
+    compiled = framejit.compile(fn)
+    actual = compiled(*args)
+    assert_close_to_eager(actual, expected)
+    flat = actual if isinstance(actual, tuple) else (actual,)
+    ref = expected if isinstance(expected, tuple) else (expected,)
+    for a, b in zip(flat, ref):
+        if isinstance(a, torch.Tensor):
+            assert a.requires_grad == b.requires_grad
+    assert stats.eager_frames == 0, stats.fallback_reasons
+    assert stats.graph_breaks == breaks
+    assert torch.is_grad_enabled()
+    # A second call reuses the split frame and its resume functions.
+    captured = stats.captured
+    assert_close_to_eager(compiled(*args), expected)
+    assert stats.captured == captured
+    assert torch.is_grad_enabled()
+
+
+def test_exception_at_a_break_inside_a_block_leaves_the_block(stats):
+    def f(x, text):
+        with torch.no_grad():
+            y = x * 2
+            n = int(text)  # a ValueError for "boom", raised by the natively run line
+        return y + n
+
+    compiled = framejit.compile(f)
+    x = torch.randn(3, requires_grad=True)
+    assert_close_to_eager(compiled(x, "3"), f(x, "3"))
+    with pytest.raises(ValueError, match="boom"):
+        compiled(x, "boom")
+    assert torch.is_grad_enabled()
+    assert stats.eager_frames == 0
+
+
+def test_error_in_resumed_graph_leaves_the_block(stats):
+    def f(x, w):
+        with torch.no_grad():
+            y = x * 2
+            print("split here")
+            z = y @ w  # fails for a w of the wrong shape, inside the resume function's graph
+        return z
+
+    compiled = framejit.compile(f)
+    compiled(torch.randn(2, 3), torch.randn(3, 3))
+    with pytest.raises(RuntimeError):
+        compiled(torch.randn(2, 3), torch.randn(4, 3))
+    assert torch.is_grad_enabled()
+
+
+def test_break_inside_try_inside_a_block_still_runs_the_frame_as_python(stats):
+    def f(x):
+        with torch.no_grad():
+            try:
+                print("in try")
+                y = x * 2
+            finally:
+                y = x * 3
+        return y
+
+    x = torch.randn(3, requires_grad=True)
+    assert_close_to_eager(framejit.compile(f)(x), f(x))
+    assert stats.eager_frames == 1
+    assert any("print()" in m for _, m in stats.fallback_reasons)
+    assert torch.is_grad_enabled()

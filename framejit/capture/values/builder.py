@@ -29,6 +29,7 @@ from .containers import DictValue, ListValue, TupleValue
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
 from .numbers import deferred_number
+from .contexts import GradModeRestore, wrap_grad_mode_restore
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
@@ -81,6 +82,8 @@ def wrap(tx, obj, source: Source) -> Value:
 
 def _wrap(tx, obj, source: Source) -> Value:
     out = tx.output
+    if type(obj) is GradModeRestore:
+        return wrap_grad_mode_restore(tx, obj, source)
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
     if isinstance(obj, nn.Module):

@@ -44,15 +44,37 @@ class GradModeContext(Value):
         if not self.entered_at_creation:
             self.previous = torch.is_grad_enabled()
             _set_grad(tx, self.enabled)
-        return _GradModeExit(self), const(None)
+        return GradModeExit(self), const(None)
 
 
-class _GradModeExit(Value):
-    __slots__ = ("ctx",)
+class GradModeRestore:
+    """At run time, the ``__exit__`` of a grad-mode ``with`` block that a graph break splits:
+    the rewritten frame passes it to the resume function, whose code leaves the block (on
+    success or on an exception) by calling it, as the original ``__exit__`` would have been."""
 
-    def __init__(self, ctx: GradModeContext):
-        super().__init__(None)
+    __slots__ = ("previous",)
+
+    def __init__(self, previous: bool):
+        self.previous = previous
+
+    def __call__(self, *exc_info):
+        torch._C._set_grad_enabled(self.previous)
+        return None
+
+    def __repr__(self):
+        return f"<end of a grad-mode with block: back to {self.previous}>"
+
+
+class GradModeExit(Value):
+    """The ``__exit__`` a grad-mode ``with`` pushes; ``outside`` when the block was entered
+    before this frame's capture started (a resume function continuing inside it)."""
+
+    __slots__ = ("ctx", "outside")
+
+    def __init__(self, ctx: GradModeContext, source=None, outside: bool = False):
+        super().__init__(source)
         self.ctx = ctx
+        self.outside = outside
 
     def describe(self):
         return "the end of a grad-mode `with` block"
@@ -61,7 +83,26 @@ class _GradModeExit(Value):
         if any(not (a.is_constant() and a.as_constant() is None) for a in args):
             raise Unsupported("leaving a `with` block because of an exception")
         _set_grad(tx, self.ctx.previous)
+        if self.outside:
+            tx.output.grad_mode_handover = True  # the block was entered by the frame before
         return const(None)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.source_expr(self.source)
+        return f"{cg.const_name(GradModeRestore)}({self.ctx.previous})"
+
+
+def wrap_grad_mode_restore(tx, obj: GradModeRestore, source) -> Value:
+    """A :class:`GradModeRestore` passed to a resume function: the block's end, guarded on the
+    mode it restores."""
+    from ..guards import EqualsGuard, TypeGuard
+    from ..sources import AttrSource
+    tx.output.guards.add(TypeGuard(source, GradModeRestore))
+    tx.output.guards.add(EqualsGuard(AttrSource(source, "previous"), obj.previous))
+    tx.output.outside_grad_exits.append((source, obj.previous))
+    ctx = GradModeContext(torch.is_grad_enabled(), previous=obj.previous)
+    return GradModeExit(ctx, source, outside=True)
 
 
 def no_grad(tx, args, kwargs):
