@@ -26,10 +26,10 @@ from ..sources import ItemSource, Source
 from .base import ConstantValue, Value
 from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
+from .contexts import GradModeRestore, wrap_grad_mode_restore
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
 from .numbers import deferred_number
-from .contexts import GradModeRestore, wrap_grad_mode_restore
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
