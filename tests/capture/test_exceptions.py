@@ -10,6 +10,7 @@ PYTEST_DONT_REWRITE: the `assert` statements of the captured functions must be P
 
 import abc
 import collections
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -319,7 +320,53 @@ def device_moves(x, y):
     return a, b, c, d
 
 
+class Scale:
+    """A context manager written in Python: __enter__/__exit__ are inlined."""
+
+    def __init__(self, k):
+        self.k = k
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        return self.k
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        return False
+
+    def __eq__(self, other):  # for comparing the arguments after the call with eager's
+        return type(other) is Scale and (self.k, self.depth) == (other.k, other.depth)
+
+
+@contextlib.contextmanager
+def tagged(log, name):
+    log.append("enter " + name)
+    try:
+        yield name.upper()
+    finally:
+        log.append("exit " + name)
+
+
+def user_context_managers(x, scale):
+    with scale as k:
+        y = x * k
+    log = []
+    with tagged(log, "a") as t, Scale(2) as two:
+        y = y + len(t) * two
+    return y, log, scale.depth
+
+
+def deletes_fresh_attribute(x):
+    p = Point(1, 2)
+    p.extra = 5
+    del p.extra
+    return x + hasattr(p, "extra")
+
+
 CASES = [
+    (user_context_managers, lambda: (r(3), Scale(3))),
+    (deletes_fresh_attribute, lambda: (r(3),)),
     (getattr_default_on_raising_property, lambda: (r(3),)),
     (iterates_outside_sequence, lambda: (r(3), Window(4))),
     (device_moves, lambda: (r(3), r(3))),

@@ -213,3 +213,28 @@ def test_break_inside_try_inside_a_block_still_runs_the_frame_as_python(stats):
     assert stats.eager_frames == 1
     assert any("print()" in m for _, m in stats.fallback_reasons)
     assert torch.is_grad_enabled()
+
+
+def test_break_inside_a_user_context_manager_runs_the_frame_as_python(stats):
+    class Counter:
+        def __init__(self):
+            self.open = 0
+
+        def __enter__(self):
+            self.open += 1
+            return 2
+
+        def __exit__(self, *exc):
+            self.open -= 1
+
+    def f(x, c):
+        with c as k:
+            print("inside")
+            y = x * k
+        return y
+
+    c = Counter()
+    x = torch.randn(3)
+    assert_close_to_eager(framejit.compile(f)(x, c), x * 2)
+    assert c.open == 0
+    assert stats.eager_frames == 1

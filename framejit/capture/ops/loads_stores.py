@@ -144,6 +144,17 @@ def store_attr(tx, inst):
     obj.setattr(tx, inst.arg, value)
 
 
+@handler("DELETE_ATTR")
+def delete_attr(tx, inst):
+    obj = tx.pop()
+    deleter = getattr(obj, "delattr", None)
+    if deleter is None:
+        raise Unsupported(f"deleting the attribute .{inst.arg} of {obj.describe()}",
+                          "attribute deletions are captured on objects created in the compiled "
+                          "function; delete it outside")
+    deleter(tx, inst.arg)
+
+
 @handler("MAKE_CELL")
 def make_cell(tx, inst):
     name = inst.arg.name
