@@ -282,9 +282,17 @@ class TorchFunctionValue(Value):
     def pinned_object(self):
         return self.fn
 
+    def hasattr(self, tx, name):
+        return hasattr(self.fn, name)
+
     def getattr(self, tx, name):
         from .builder import wrap_sourceless
-        return wrap_sourceless(tx, getattr(self.fn, name))
+        try:
+            attr = getattr(self.fn, name)
+        except AttributeError as e:
+            from .exceptions import raise_python
+            raise_python(AttributeError, str(e))
+        return wrap_sourceless(tx, attr)
 
     def reconstruct(self, cg):
         return cg.const_name(self.fn)
