@@ -27,6 +27,14 @@ def return_inside(x):
         return x.view(-1, 7) * 2
 
 
+def _assert_same_requires_grad(actual, expected):
+    flat = actual if isinstance(actual, tuple) else (actual,)
+    ref = expected if isinstance(expected, tuple) else (expected,)
+    for a, b in zip(flat, ref):
+        if isinstance(a, torch.Tensor):
+            assert a.requires_grad == b.requires_grad
+
+
 @pytest.mark.parametrize("fn, make", [
     (no_grad_block, lambda: (torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True))),
     (set_grad_block, lambda: (torch.randn(4, requires_grad=True),)),
@@ -37,11 +45,7 @@ def test_grad_mode_blocks_are_one_graph_with_eager_requires_grad(stats, fn, make
     actual = framejit.compile(fn)(*args)
     expected = fn(*args)
     assert_close_to_eager(actual, expected)
-    flat = actual if isinstance(actual, tuple) else (actual,)
-    ref = expected if isinstance(expected, tuple) else (expected,)
-    for a, b in zip(flat, ref):
-        if isinstance(a, torch.Tensor):
-            assert a.requires_grad == b.requires_grad
+    _assert_same_requires_grad(actual, expected)
     assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
     assert torch.is_grad_enabled()
 
@@ -152,11 +156,7 @@ def test_graph_break_inside_grad_mode_block(stats, fn, make, breaks, capsys):
     compiled = framejit.compile(fn)
     actual = compiled(*args)
     assert_close_to_eager(actual, expected)
-    flat = actual if isinstance(actual, tuple) else (actual,)
-    ref = expected if isinstance(expected, tuple) else (expected,)
-    for a, b in zip(flat, ref):
-        if isinstance(a, torch.Tensor):
-            assert a.requires_grad == b.requires_grad
+    _assert_same_requires_grad(actual, expected)
     assert stats.eager_frames == 0, stats.fallback_reasons
     assert stats.graph_breaks == breaks
     assert torch.is_grad_enabled()
