@@ -211,8 +211,9 @@ class Translator:
             e.break_index = self.pc - 1
             raise e from None
         target, depth, push_lasti = entry
-        if r.exc.context is NONE and self.handled_exception() is not None:
-            r.exc.context = self.handled_exception()
+        handled = self.handled_exception()
+        if r.exc.context is NONE and handled is not None:
+            r.exc.context = handled
         del self.stack[depth:]
         if push_lasti:
             self.push(const(inst.pos))

@@ -14,7 +14,6 @@ import types
 from ...errors import Unsupported
 from ..interpreter import handler
 from ..values.base import Value
-from ..values.functions import MethodValue
 
 
 @handler("BEFORE_WITH")
@@ -44,8 +43,7 @@ def _python_methods(ctx: Value):
         return None
     from ..values.instances import class_lookup
     enter, exit_ = class_lookup(cls, "__enter__"), class_lookup(cls, "__exit__")
-    if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType) \
-            and hasattr(ctx, "getattr") and not isinstance(ctx, MethodValue):
+    if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
         return enter, exit_
     return None
 

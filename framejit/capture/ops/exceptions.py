@@ -49,8 +49,7 @@ def push_exc_info(tx, inst):
 @handler("POP_EXCEPT")
 def pop_except(tx, inst):
     previous = tx.pop()
-    tx.handled = None if previous is NONE or (previous.is_constant() and previous.as_constant() is None) \
-        else previous
+    tx.handled = None if previous.is_constant() and previous.as_constant() is None else previous
 
 
 @handler("CHECK_EXC_MATCH")

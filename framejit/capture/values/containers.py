@@ -284,6 +284,10 @@ _MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", 
              "sort", "remove"}
 
 
+_DICT_METHODS = frozenset({"keys", "values", "items", "get", "update", "pop", "setdefault", "copy",
+                           "__contains__", "clear", "popitem"})
+
+
 class DictValue(_Deferred, Value):
     """A dict with constant keys."""
 
@@ -358,8 +362,7 @@ class DictValue(_Deferred, Value):
         self.items[key.as_constant()] = value
 
     def getattr(self, tx, name):
-        if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "__contains__",
-                    "clear", "popitem"):
+        if name in _DICT_METHODS:
             return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
@@ -370,6 +373,51 @@ class DictValue(_Deferred, Value):
             return cg.const_name(self.real)
         return cg.shared(self, lambda: "{" + ", ".join(
             f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}")
+
+
+def call_dict_method(tx, d: DictValue, name: str, args, kwargs) -> Value:
+    """``dict.name(d, *args, **kwargs)``, dunders included: the builtin dict methods a
+    dict-derived object inherits, acting on its items ``d``."""
+    if name in ("__init__", "update"):
+        if len(args) > 1:
+            raise Unsupported(f"dict.{name}() with {len(args)} positional arguments (TypeError)")
+        return BoundMethod(d, "update").call(tx, args, kwargs)
+    if kwargs:
+        raise Unsupported(f"dict.{name}() with keyword arguments")
+    if name == "__getitem__":
+        return d.getitem(tx, args[0])
+    if name == "__setitem__":
+        d.setitem(tx, args[0], args[1])
+        return const(None)
+    if name == "__delitem__":
+        d.delitem(tx, args[0])
+        return const(None)
+    if name == "__len__":
+        return const(d.length(tx))
+    if name == "__iter__":
+        from .iterators import as_iterator
+        return as_iterator(tx, ListValue(d.iterate(tx)))
+    if name in _DICT_METHODS:
+        return BoundMethod(d, name).call(tx, args, kwargs)
+    raise Unsupported(f"dict.{name}() on {d.describe()}")
+
+
+class DictMethod(Value):
+    """A builtin dict method of a dict-derived object (``out.keys``, ``super().__setitem__``),
+    acting on the object's items ``d``."""
+
+    __slots__ = ("d", "name")
+
+    def __init__(self, d: DictValue, name: str):
+        super().__init__(None)
+        self.d = d
+        self.name = name
+
+    def describe(self):
+        return f"dict.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        return call_dict_method(tx, self.d, self.name, args, kwargs)
 
 
 def _key(key: Value):

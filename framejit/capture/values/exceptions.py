@@ -57,10 +57,8 @@ class ExceptionValue(Value):
             return wrap_sourceless(tx, self.cls)
         if name == "__cause__":
             return self.cause
-        if name in ("__context__",):
+        if name == "__context__":
             return self.context
-        if name in ("__traceback__", "__notes__"):
-            raise Unsupported(f"reading .{name} of {self.describe()}")
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def reconstruct(self, cg):

@@ -345,9 +345,12 @@ def dict_view(items: dict) -> Value:
     return view
 
 
-#: dict methods answered from the items of a dict-derived object (through BoundMethod).
-_VIEW_METHODS = frozenset({"keys", "values", "items", "get", "update", "pop", "setdefault", "copy",
-                           "__contains__", "clear", "popitem"})
+def defined_by_dict(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` resolves to the builtin dict's (or OrderedDict's) own method."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass in _DICT_BASES
+    return False
 
 
 class DictObjectValue(ObjectValue):
@@ -363,47 +366,19 @@ class DictObjectValue(ObjectValue):
         self.items: dict = {}
 
     def _inherited(self, name: str) -> bool:
-        """Whether ``name`` resolves to the builtin dict's own method."""
-        for klass in self.user_class.__mro__:
-            if name in vars(klass):
-                return klass in _DICT_BASES
-        return False
+        return defined_by_dict(self.user_class, name)
+
+    def storage_method(self, name: str) -> Value:
+        """The builtin dict's method ``name`` acting on this object's items."""
+        from .containers import DictMethod
+        return DictMethod(dict_view(self.items), name)
 
     def storage_call(self, tx, name: str, args, kwargs) -> Value:
-        """The builtin dict's method ``name`` on this object's items."""
-        view = dict_view(self.items)
-        if name == "__init__" or name == "update":
-            if name == "__init__" and len(args) > 1:
-                raise Unsupported(f"{self.user_class.__name__}() with these arguments (TypeError)")
-            from .pycollections import fill_dict
-            fill_dict(tx, view, args, kwargs, self.base.__name__)
-            return NONE
-        if kwargs:
-            raise Unsupported(f"{self.base.__name__}.{name}() with keyword arguments")
-        if name == "__getitem__":
-            return view.getitem(tx, args[0])
-        if name == "__setitem__":
-            view.setitem(tx, args[0], args[1])
-            return NONE
-        if name == "__delitem__":
-            view.delitem(tx, args[0])
-            return NONE
-        if name == "__len__":
-            return const(len(self.items))
-        if name == "__iter__":
-            from .containers import ListValue
-            from .iterators import as_iterator
-            return as_iterator(tx, ListValue([const(k) for k in self.items]))
-        if name == "__contains__":
-            return const(view.contains(tx, args[0]))
-        if name in _VIEW_METHODS:
-            from .containers import BoundMethod
-            return BoundMethod(view, name).call(tx, args, kwargs)
-        raise Unsupported(f"{self.base.__name__}.{name}() on {self.describe()}")
+        return self.storage_method(name).call(tx, args, kwargs)
 
     def getattr(self, tx, name):
         if name not in self.attrs and self._inherited(name) and not name.startswith("__"):
-            return DictStorageMethod(self, name)
+            return self.storage_method(name)
         return super().getattr(tx, name)
 
     def _protocol(self, tx, name: str, args, what: str) -> Value:
@@ -451,23 +426,6 @@ class DictObjectValue(ObjectValue):
             return cg.shared(self, build)
         finally:
             _building.discard(id(self))
-
-
-class DictStorageMethod(Value):
-    """A builtin dict method of a dict-derived object (``out.keys``, ``super().__setitem__``)."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: DictObjectValue, name: str):
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
-
-    def describe(self):
-        return f"{self.obj.describe()}.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        return self.obj.storage_call(tx, self.name, args, kwargs)
 
 
 def rebuild_dict_object(cls, base, items, attrs: dict):
@@ -549,7 +507,7 @@ class SuperValue(Value):
             return tx.inline_function(attr.fget, [self.obj], {})
         if klass in _DICT_BASES and not self.obj_is_class:
             if isinstance(self.obj, DictObjectValue):
-                return DictStorageMethod(self.obj, name)
+                return self.obj.storage_method(name)
             if hasattr(self.obj, "dict_method"):
                 return self.obj.dict_method(tx, name)
         if (attr is object.__init__ or attr is object.__setattr__ or attr is object.__delattr__) \

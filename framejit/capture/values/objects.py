@@ -16,9 +16,6 @@ _MISSING = object()
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
 _GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__,
                          vars(dict)["__getattribute__"])
-#: dict methods that only read, answered for dict-derived objects from outside.
-_DICT_READERS = frozenset({"get", "keys", "values", "items", "__contains__", "__getitem__", "__len__",
-                           "__iter__", "copy"})
 
 
 class UserObjectValue(Value):
@@ -58,11 +55,10 @@ class UserObjectValue(Value):
         return self._storage
 
     def dict_method(self, tx, name: str) -> Value:
-        """The builtin dict method ``name`` of a dict-derived object (reads only)."""
-        if name not in _DICT_READERS:
-            raise Unsupported(f"calling dict.{name}() on {self.describe()}, which comes from outside "
-                              "the compiled function")
-        return _DictReader(self.dict_storage(tx), name)
+        """The builtin dict method ``name`` of a dict-derived object; its items are read-only
+        here (a mutation raises Unsupported)."""
+        from .containers import DictMethod
+        return DictMethod(self.dict_storage(tx), name)
 
     def describe(self):
         where = f" {self.source.name()}" if self.source is not None else ""
@@ -105,6 +101,7 @@ class UserObjectValue(Value):
         overrides (what ``super().__getattribute__(name)`` reaches)."""
         from .builder import wrap, wrap_sourceless
         from .functions import MethodValue
+        from .instances import defined_by_dict
 
         obj = self.obj
         cls = type(obj)
@@ -124,7 +121,7 @@ class UserObjectValue(Value):
             return wrap_sourceless(tx, static.__func__)
         if isinstance(static, classmethod):
             return MethodValue(static.__func__, wrap_sourceless(tx, cls))
-        if isinstance(obj, dict) and _defined_by_dict(cls, name):
+        if isinstance(obj, dict) and defined_by_dict(cls, name):
             return self.dict_method(tx, name)
         if self.source is not None:
             return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
@@ -220,45 +217,6 @@ class UserObjectValue(Value):
                 return bool(result)
             raise Unsupported(f"using {self.describe()} as a condition (its class defines {name})")
         return True
-
-
-def _defined_by_dict(cls: type, name: str) -> bool:
-    """Whether ``cls.name`` resolves to a method of the builtin dict or OrderedDict."""
-    import collections
-    for klass in cls.__mro__:
-        if name in vars(klass):
-            return klass in (dict, collections.OrderedDict)
-    return False
-
-
-class _DictReader(Value):
-    """A reading dict method (``get``, ``keys``...) of a dict-derived object from outside."""
-
-    __slots__ = ("storage", "name")
-
-    def __init__(self, storage, name: str):
-        super().__init__(None)
-        self.storage = storage
-        self.name = name
-
-    def describe(self):
-        return f"dict.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        from .base import const
-        from .containers import BoundMethod, ListValue
-        from .iterators import as_iterator
-        storage, name = self.storage, self.name
-        if name == "__getitem__":
-            return storage.getitem(tx, args[0])
-        if name == "__len__":
-            return const(storage.length(tx))
-        if name == "__iter__":
-            return as_iterator(tx, ListValue(storage.iterate(tx)))
-        if name == "copy":
-            from .containers import DictValue
-            return DictValue(storage.items)
-        return BoundMethod(storage, name).call(tx, args, kwargs)
 
 
 def _is_data_descriptor(attr) -> bool:
