@@ -174,6 +174,41 @@ class DictKeysGuard(Guard):
         return None
 
 
+class StateGuard(Guard):
+    """The instance dict of an object holds exactly the plain data it held at capture (what a
+    copy of the object made in the frame depends on): same keys in the same order, equal values
+    of the same types."""
+
+    order = 30
+
+    def __init__(self, source: Source, state: dict):
+        self.source = source
+        self.state = state
+        self.keys = tuple(state)
+        self.types = tuple(map(type, state.values()))
+        self.nested = tuple(k for k, v in state.items() if type(v) in (list, tuple, dict, set, frozenset))
+
+    def code(self, v, names):
+        from .values.copying import state_matches
+        args = ", ".join(names(x) for x in (self.keys, self.state, self.types, self.nested))
+        return [f"if not {names(state_matches)}({v}, {args}): return False"]
+
+    def reason(self, value):
+        from .values.copying import same_data, state_matches
+        if state_matches(value, self.keys, self.state, self.types, self.nested):
+            return None
+        d = getattr(value, "__dict__", None)
+        if not isinstance(d, dict):
+            return f"{self.source.name()} has no __dict__ now"
+        for k in self.keys:
+            if k not in d:
+                return f"{self.source.name()}.{k}: deleted"
+            if not same_data(d[k], self.state[k]):
+                return f"{self.source.name()}.{k}: {_short(self.state[k])} → {_short(d[k])}"
+        added = [k for k in d if k not in self.state]
+        return f"{self.source.name()}: new attributes {added}" if added else f"{self.source.name()}: attribute order changed"
+
+
 _HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 

@@ -47,6 +47,18 @@ class SideEffects:
         entry = self._attrs.get(("attr", source.key, name))
         return entry[2] if entry is not None else None
 
+    def touches(self, source: Source) -> bool:
+        """Whether a write recorded so far changes the object at ``source`` or something it
+        holds (an attribute written, a list or dict reached through it mutated)."""
+        for key in self._order:
+            if key[0] == "attr" and _reaches(_owner_source(self._attrs[key][0]), source):
+                return True
+            if key[0] in ("container", "call"):
+                container = self._containers[key] if key[0] == "container" else self._calls[key][0]
+                if _reaches(container.source, source):
+                    return True
+        return False
+
     def store_global(self, globals_dict: dict, name: str, value) -> None:
         key = ("global", id(globals_dict), name)
         self._remember(key)
@@ -125,6 +137,15 @@ class SideEffects:
                     values.append(f"___e{k} = [{body}]")
                     writes.append(f"{target}[:] = ___e{k}")
         return values + writes
+
+
+def _reaches(path, source: Source) -> bool:
+    """Whether ``path`` is ``source`` or goes through it."""
+    while path is not None:
+        if path.key == source.key:
+            return True
+        path = getattr(path, "base", None)
+    return False
 
 
 def _owner_source(owner):

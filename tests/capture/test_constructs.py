@@ -724,10 +724,11 @@ def _opnames(code) -> set:
 def corpus_functions() -> list:
     """Every function of the round-trip corpora: CASES here and in test_python_coverage.py
     (generators, classes, super(), sets... live there)."""
+    import test_copying as copying
     import test_exceptions as exceptions
     import test_python_coverage as more
 
-    cases = CASES + more.CASES + more.OBJECT_CASES + exceptions.CASES
+    cases = CASES + more.CASES + more.OBJECT_CASES + exceptions.CASES + copying.CASES
     return [case.values[0] if hasattr(case, "values") else case[0] for case in cases]
 
 

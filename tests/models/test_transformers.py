@@ -1,6 +1,5 @@
 """transformers models built from small configs with random weights (nothing is downloaded):
-compiled results must equal eager. Issue #3 asks for one graph with no break; where that does
-not hold yet the one-graph test is a strict xfail naming what still breaks."""
+compiled results must equal eager, and each forward is one graph with no break (issue #3)."""
 
 import copy
 import warnings
@@ -55,15 +54,31 @@ def test_transformers_model_matches_eager(stats, name):
     assert stats.graphs >= 1  # the model's tensor code is captured, not all run eagerly
 
 
-#: Models that still break, and why (strict: each entry must still fail).
-STILL_BREAKING = {
-    "t5": "copy.deepcopy of the config inside get_text_config; DynamicCache",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue #3 in progress: {STILL_BREAKING[n]}"))
-    if n in STILL_BREAKING else n for n in MODELS])
+@pytest.mark.parametrize("name", list(MODELS))
 def test_transformers_model_is_one_graph(stats, name):
     _run(name)
     assert stats.graph_breaks == 0 and stats.graphs == 1 and stats.eager_frames == 0
+    assert stats.recompiles == 0  # the second call reuses the first one's code
+
+
+def test_t5_cache_objects_match_eager():
+    """T5's forward builds DynamicCache objects (deep-copying its config on the way) and returns
+    them: the rebuilt caches hold the same keys and values as eager's."""
+    make, kwargs, _ = MODELS["t5"]
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make().eval()
+    compiled = framejit.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model(IDS, use_cache=True, **kwargs).past_key_values
+        got = compiled(IDS, use_cache=True, **kwargs).past_key_values
+    assert type(got) is type(expected)
+    for cache_name in ("self_attention_cache", "cross_attention_cache"):
+        want, have = getattr(expected, cache_name), getattr(got, cache_name)
+        assert type(have) is type(want) and len(have.layers) == len(want.layers)
+        for a, b in zip(want.layers, have.layers):
+            torch.testing.assert_close(b.keys, a.keys)
+            torch.testing.assert_close(b.values, a.values)
+    assert model.config.is_encoder_decoder  # the config the forward copied is left as it was

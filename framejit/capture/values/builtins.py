@@ -701,10 +701,12 @@ _BUILTIN_HANDLERS[operator.attrgetter] = _getter(True)
 
 
 def _register_library_constructors():
+    from .copying import CONSTRUCTORS as copies
     from .instances import CONSTRUCTORS as objects
     from .pycollections import CONSTRUCTORS as colls
     _BUILTIN_HANDLERS.update(colls)
     _BUILTIN_HANDLERS.update(objects)
+    _BUILTIN_HANDLERS.update(copies)
 
 
 _register_library_constructors()

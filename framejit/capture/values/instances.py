@@ -3,8 +3,10 @@ symbolically on an :class:`ObjectValue` whose attributes live in a dict of value
 named tuples, and ``super()``.
 
 A class qualifies when creating and using its instances is ordinary Python that the capture can
-replay: metaclass ``type`` (or ``ABCMeta``, for a class with no abstract methods left), no ``__new__``, ``__getattribute__``, ``__setattr__`` or ``__del__``
-of its own (frozen dataclasses excepted), and no builtin base other than ``object``. Returned
+replay: metaclass ``type`` (or ``ABCMeta``, for a class with no abstract methods left), no
+``__new__`` or ``__del__`` of its own, attribute hooks (``__getattribute__``, ``__setattr__``,
+``__delattr__``) only written in Python (they are inlined), and no builtin base other than
+``object``. Returned
 objects are rebuilt in the entry function with ``object.__new__`` and ``object.__setattr__``.
 """
 
@@ -74,8 +76,9 @@ def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
             return f"it derives from the builtin {klass.__name__}"
     if cls.__new__ is not object.__new__ and not (base is not None and cls.__new__ is base.__new__):
         return "it defines __new__"
-    if class_lookup(cls, "__getattribute__") not in _GENERIC_GETATTRIBUTE:
-        return "it customises attribute access (__getattribute__)"
+    getattribute = class_lookup(cls, "__getattribute__")
+    if getattribute not in _GENERIC_GETATTRIBUTE and not isinstance(getattribute, types.FunctionType):
+        return "it customises attribute access (__getattribute__) in C"
     for name in ("__setattr__", "__delattr__"):
         method = getattr(cls, name)
         if method is not getattr(object, name) and not isinstance(method, types.FunctionType):
@@ -187,6 +190,14 @@ class ObjectValue(Value):
 
     # -- attributes ------------------------------------------------------------------------------
     def getattr(self, tx, name):
+        custom = self._dunder("__getattribute__")
+        if custom is not None:
+            return tx.inline_function(custom, [self, const(name)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name):
+        """``object.__getattribute__(self, name)``: data descriptors, the instance dict, then the
+        class (what ``super().__getattribute__(name)`` reaches)."""
         cls = self.user_class
         if name == "__class__":
             return self.cls_value
@@ -210,6 +221,8 @@ class ObjectValue(Value):
         return bind_class_attribute(tx, self.cls_value, name, static, self)
 
     def hasattr(self, tx, name):
+        if self._dunder("__getattribute__") is not None:
+            raise Unsupported(f"hasattr() on {self.describe()}, whose class customises attribute access")
         if name in self.attrs or name == "__class__":
             return True
         static = class_lookup(self.user_class, name)
