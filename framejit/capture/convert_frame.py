@@ -37,7 +37,7 @@ from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
 from .values.containers import IteratorValue, ListValue
-from .values.contexts import GradModeExit
+from .values.contexts import AutocastExit, GradModeExit
 
 log_recompiles = logging.getLogger("framejit.recompiles")
 log_breaks = logging.getLogger("framejit.graph_breaks")
@@ -374,11 +374,13 @@ def _split_frame(ctx, code, func, tx, label):
         raise Unsupported("a graph break while a loop's iterator is also held in a variable")
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
-    exit_slots = tuple(k for k, v in enumerate(tx.stack) if isinstance(v, GradModeExit))
-    if exit_slots:
-        # Inside grad-mode `with` blocks: the graph leaves grad mode as the blocks set it, and
-        # the resume function's code leaves the blocks.
+    exit_slots = tuple(k for k, v in enumerate(tx.stack) if isinstance(v, (GradModeExit, AutocastExit)))
+    # Inside grad-mode or autocast `with` blocks: the graph leaves the state as the blocks set
+    # it, and the resume function's code leaves the blocks.
+    if any(isinstance(v, GradModeExit) for v in tx.stack):
         tx.output.grad_mode_handover = True
+    if any(isinstance(v, AutocastExit) for v in tx.stack):
+        tx.output.autocast_handover = True
     values = [tx.locals[n] for n in local_names] + stack
     entry, entry_src, gm, compiled = tx.output.compile_entry(values, code, ctx.backend, label,
                                                              as_tuple=True)

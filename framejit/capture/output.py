@@ -26,6 +26,7 @@ from . import compat
 from .guards import GuardSet
 from .side_effects import SideEffects
 from .sources import ConstNames, Source, SourceLoader
+from .values.contexts import autocast_state, restore_autocast_state
 from .values.tensor import TensorValue, meta_from_real
 
 _entry_ids = itertools.count()
@@ -50,8 +51,24 @@ class OutputGraph:
         self.grad_mode_handover = False
         #: (source, mode it restores) of the grad-mode blocks entered before this frame.
         self.outside_grad_exits: list = []
+        #: The autocast state when capture started, once the graph enters an autocast block.
+        self.initial_autocast: tuple | None = None
+        #: How many autocast blocks the frame has entered and not yet left.
+        self.autocast_depth = 0
+        #: The graph may end with autocast still on: a break inside an autocast block, or a
+        #: resume function leaving one its caller entered (sources of those exits).
+        self.autocast_handover = False
+        self.outside_autocast_exits: list = []
+        #: Fake tensors for ops under autocast (created on first use).
+        self.fake_mode = None
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
+
+    def note_autocast(self) -> None:
+        """Called before the graph first enters an autocast block (which also switches the
+        state for real while capturing)."""
+        if self.initial_autocast is None:
+            self.initial_autocast = autocast_state()
 
     def set_grad_mode(self, enabled: bool) -> None:
         """Switch grad mode for real while capturing (so meta results match eager) and note that
@@ -63,6 +80,8 @@ class OutputGraph:
         """After capture, successful or not: grad mode as it was."""
         if self.switches_grad_mode:
             torch._C._set_grad_enabled(self.initial_grad_mode)
+        if self.initial_autocast is not None:
+            restore_autocast_state(self.initial_autocast)
 
     # -- graph inputs ---------------------------------------------------------------------------
     def _first_non_placeholder(self):
@@ -127,6 +146,10 @@ class OutputGraph:
             raise Unsupported("a grad mode change that outlives the compiled function "
                               "(torch.set_grad_enabled() outside a `with`)",
                               "use `with torch.no_grad():` inside, or switch grad mode before the call")
+        if self.initial_autocast is not None and autocast_state() != self.initial_autocast \
+                and not self.autocast_handover:
+            raise Unsupported("an autocast state change that outlives the compiled function",
+                              "use `with torch.autocast(...):` inside, or switch autocast before the call")
         has_graph = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
         gm = compiled = None
         if has_graph:
@@ -140,6 +163,15 @@ class OutputGraph:
             compiled = _compile_with_backend(backend, gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
             call = f"{cg.const_name(compiled)}({call_args})"
+            if self.initial_autocast is not None:
+                # The graph enters autocast blocks: if it raises inside one, leave it.
+                # Blocks the caller entered (a resume function inside them) are left too, as
+                # the exception would leave them in eager; innermost first.
+                lines.append(f"___ac = {cg.const_name(autocast_state)}()")
+                outside = sorted(self.outside_autocast_exits, key=_stack_slot, reverse=True)
+                exits = "".join(f"{cg.source_expr(src)}, " for src in outside)
+                call = (f"{cg.const_name(_call_restoring_autocast)}(___ac, ({exits}), "
+                        f"{cg.const_name(compiled)}, {call_args})")
             if self.switches_grad_mode:
                 # The graph switches grad mode (and back, unless a `with` block spans a break);
                 # if it raises half-way, grad mode is left as the `with` blocks' exits would.
@@ -286,6 +318,19 @@ def _identifier(name: str) -> str:
     if not s or s[0].isdigit():
         s = "t_" + s
     return s
+
+
+def _call_restoring_autocast(state, outside_exits, compiled, *args):
+    """Used by entry functions: run a graph that enters or leaves autocast blocks; if it
+    raises, put the autocast state back as it was before the graph, then leave the blocks the
+    caller entered, as the exception would in eager."""
+    try:
+        return compiled(*args)
+    except BaseException:
+        restore_autocast_state(state)
+        for exit_ in outside_exits:
+            exit_()
+        raise
 
 
 def _stack_slot(source) -> int:

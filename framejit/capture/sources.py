@@ -68,6 +68,25 @@ class ObjectSource(Source):
         return f"the {type(self.obj).__name__} object"
 
 
+class CallSource(Source):
+    """The result of calling a global query function (``torch.is_autocast_cache_enabled()``)
+    with constant arguments: guards re-ask it on every call."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args: tuple):
+        self.fn = fn
+        self.args = args
+        self.key = ("F", id(fn), args)
+
+    def expr(self, names):
+        return f"{names(self.fn)}({', '.join(names(a) for a in self.args)})"
+
+    def name(self):
+        args = ", ".join(repr(a) for a in self.args)
+        return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__name__', self.fn)}({args})".lstrip(".")
+
+
 class LocalSource(Source):
     """An argument of the captured frame, by name."""
 

@@ -51,8 +51,8 @@ def with_tolist(x):
     return torch.tensor(values) * 2
 
 
-def with_autocast(x, w):
-    with torch.autocast("cpu"):  # <- break
+def with_inference_mode(x, w):
+    with torch.inference_mode():  # <- break
         y = x @ w
     return y + 1
 
@@ -83,13 +83,14 @@ def counter_forward(module, x):
 
 
 # (name, function, make_args, words of the construct in the message, frames run as plain Python:
-# the autocast block's resume function starts at its `with`, which is not captured yet)
+# the inference_mode block's resume function starts at its `with`, which is not captured yet)
 FALLBACKS = [
     ("print", with_print, lambda: (torch.randn(3, 4),), "print()", 0),
     ("tensor_if", with_tensor_if, lambda: (torch.randn(3, 4),), "if tensor:", 0),
     ("item", with_item, lambda: (torch.randn(()),), "x.item()", 0),
     ("tolist", with_tolist, lambda: (torch.randn(3),), "x.tolist()", 0),
-    ("autocast", with_autocast, lambda: (torch.randn(3, 4), torch.randn(4, 2)), "with torch.autocast(...)", 1),
+    ("inference_mode", with_inference_mode, lambda: (torch.randn(3, 4), torch.randn(4, 2)),
+     "with torch.inference_mode()", 1),
     ("disabled_call", with_disabled_call, lambda: (torch.randn(3, 4),), "framejit.disable", 0),
 ]
 _ids = [case[0] for case in FALLBACKS]

@@ -26,7 +26,7 @@ from ..sources import ItemSource, Source
 from .base import ConstantValue, Value
 from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
-from .contexts import GradModeRestore, wrap_grad_mode_restore
+from .contexts import AutocastRestore, GradModeRestore, wrap_autocast_restore, wrap_grad_mode_restore
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
 from .numbers import deferred_number
@@ -84,6 +84,8 @@ def _wrap(tx, obj, source: Source) -> Value:
     out = tx.output
     if type(obj) is GradModeRestore:
         return wrap_grad_mode_restore(tx, obj, source)
+    if type(obj) is AutocastRestore:
+        return wrap_autocast_restore(tx, obj, source)
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
     if isinstance(obj, nn.Module):

@@ -12,7 +12,7 @@ import torch
 from ...errors import Unsupported
 from .base import CellValue, Value, const
 from .containers import DictValue, SequenceValue, TupleValue
-from .contexts import CONTEXT_FACTORIES
+from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
 from .tensor import TensorValue, graph_call
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
@@ -206,7 +206,7 @@ _TORCH_STATEFUL = {
     torch.set_rng_state: "torch.set_rng_state()", torch.get_rng_state: "torch.get_rng_state()",
     torch.set_default_dtype: "torch.set_default_dtype()",
     torch.use_deterministic_algorithms: "torch.use_deterministic_algorithms()",
-    torch.inference_mode: "with torch.inference_mode():", torch.autocast: "with torch.autocast(...):",
+    torch.inference_mode: "with torch.inference_mode():",
 }
 _FACTORY_NAMES = frozenset({
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
@@ -259,6 +259,8 @@ class TorchFunctionValue(Value):
         if fn in _TORCH_FOLD:
             a, k = _constants(args, kwargs)
             return const(fn(*a, **k))
+        if fn in AUTOCAST_QUERIES:
+            return fold_autocast_query(tx, fn, args, kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             raise Unsupported(f"creating a {fn.__name__} module inside the compiled function",
                               "create modules in __init__, outside the compiled function")

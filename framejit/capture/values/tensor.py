@@ -222,7 +222,10 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
                                           for a in meta_args[1:]]
     inplace = impure or _is_inplace(kind, target, kwargs)
     try:
-        result = _run_on_meta(kind, meta_target, meta_args, meta_kwargs, cacheable=not inplace)
+        if not inplace and _autocast_applies(devices):
+            result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
+        else:
+            result = _run_on_meta(kind, meta_target, meta_args, meta_kwargs, cacheable=not inplace)
     except Unsupported:
         raise
     except Exception as e:
@@ -325,6 +328,47 @@ def _run_on_meta(kind, target, args, kwargs, cacheable: bool):
         except _Uncacheable:
             pass
     return result
+
+
+# -- under autocast ------------------------------------------------------------------------------
+#
+# Autocast picks an op's dtypes by the device of its inputs, which meta tensors forget. Under an
+# autocast block (the frame's or the caller's), ops on tensors of an autocast device run instead
+# on fake tensors, which are meta tensors that report their real device: torch's own autocast
+# rules then apply exactly as in eager. The result is turned back into plain meta tensors.
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+    lambda: torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"))
+
+
+def _autocast_applies(devices) -> bool:
+    if not _any_autocast():
+        return False
+    return any(d.type in ("cpu", "cuda") and torch.is_autocast_enabled(d.type) for d in devices)
+
+
+def _run_under_autocast(tx, kind, target, args, kwargs, convert):
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = tx.output.fake_mode
+    if mode is None:
+        mode = tx.output.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+
+    def fake(t):
+        return FakeTensor(mode, t.example, t.device)
+
+    fake_args = [convert(a, fake) for a in args]
+    fake_kwargs = {k: convert(v, fake) for k, v in kwargs.items()}
+    with mode:
+        if kind == "call_method":
+            result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+        else:
+            result = target(*fake_args, **fake_kwargs)
+    try:
+        return _rebuild(_template(result))
+    except _Uncacheable:
+        raise Unsupported(f"{_readable(kind, target)} under autocast returned a "
+                          f"{type(result).__name__}, which framejit cannot track") from None
 
 
 def clear_meta_memo() -> None:
