@@ -26,7 +26,12 @@ from ..sources import ItemSource, Source
 from .base import ConstantValue, Value
 from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
-from .contexts import AutocastRestore, GradModeRestore, wrap_autocast_restore, wrap_grad_mode_restore
+from .contexts import (
+    AutocastRestore,
+    GradModeRestore,
+    wrap_autocast_restore,
+    wrap_grad_mode_restore,
+)
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
 from .numbers import deferred_number
