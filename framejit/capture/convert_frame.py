@@ -37,6 +37,7 @@ from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
 from .values.containers import IteratorValue, ListValue
+from .ops.blocks import UserContextExit
 from .values.contexts import AutocastExit, GradModeExit
 
 log_recompiles = logging.getLogger("framejit.recompiles")
@@ -277,6 +278,10 @@ def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
             info = _capture(ctx, code, func, f_locals, t0, index)
         except Unsupported as cannot:
             log_breaks.debug("no graph break possible in %s (%s)", where(code), cannot.construct)
+            # The frame runs as Python: say what stopped it, and why it could not be split.
+            e.construct = f"{e.construct}; the frame cannot be split there: {cannot.construct}"
+            if cannot.hint:
+                e.hint = f"{e.hint}; {cannot.hint}" if e.hint else cannot.hint
             raise e from None
         stats.graph_breaks += 1
         stats.break_reasons.append((where(code), e.describe()))
@@ -374,7 +379,8 @@ def _split_frame(ctx, code, func, tx, label):
         raise Unsupported("a graph break while a loop's iterator is also held in a variable")
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
-    exit_slots = tuple(k for k, v in enumerate(tx.stack) if isinstance(v, (GradModeExit, AutocastExit)))
+    exit_slots = tuple(k for k, v in enumerate(tx.stack)
+                       if isinstance(v, (GradModeExit, AutocastExit, UserContextExit)))
     # Inside grad-mode or autocast `with` blocks: the graph leaves the state as the blocks set
     # it, and the resume function's code leaves the blocks.
     if any(isinstance(v, GradModeExit) for v in tx.stack):

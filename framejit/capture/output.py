@@ -41,6 +41,8 @@ class OutputGraph:
         self.inputs: list[tuple[Source, torch.Tensor, object]] = []
         #: source key -> the value wrapped for it (one value per source).
         self.source_values: dict = {}
+        #: id(object) -> (object, value) for mutable objects from outside (one value each).
+        self.mutable_values: dict = {}
         #: get_attr name -> constant tensor held by the graph module.
         self.constants: dict[str, torch.Tensor] = {}
         #: Grad mode when capture started; the graph may switch it (``with torch.no_grad()``).

@@ -281,6 +281,14 @@ def _temp(k: int) -> str:
     return f"___fj_s{k}"
 
 
+_EXC = "___fj_exc"
+
+
+def leave_block(exit_, exc: BaseException) -> None:
+    """Used by rewritten frames: a ``with`` block's ``__exit__``, as an exception leaves it."""
+    exit_(type(exc), exc, exc.__traceback__)
+
+
 def _exit_temp(slot: int) -> str:
     return f"___fj_exit{slot}"
 
@@ -379,11 +387,16 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
         body += tail_call(fn_load, loads, eline)
         body.append(Instr("RETURN_VALUE", lineno=eline))
     if try_begin is not None:
-        # The native instructions raised: leave the `with` blocks (innermost first), re-raise.
+        # The native instructions raised: leave the `with` blocks (innermost first), each
+        # __exit__ seeing the exception, then re-raise it.
         body.append(handler)
+        body.append(Instr("STORE_FAST", _EXC, lineno=line))
         for slot in reversed(exit_slots):
-            body += tail_call([Instr("LOAD_FAST", _exit_temp(slot), lineno=line)], [], line)
+            body += tail_call([Instr("LOAD_CONST", leave_block, lineno=line)],
+                              [Instr("LOAD_FAST", _exit_temp(slot), lineno=line),
+                               Instr("LOAD_FAST", _EXC, lineno=line)], line)
             body.append(Instr("POP_TOP", lineno=line))
+        body.append(Instr("LOAD_FAST", _EXC, lineno=line))
         body.append(Instr("RERAISE", 0, lineno=line))
     bc.clear()
     bc.extend(body)

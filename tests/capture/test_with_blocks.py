@@ -215,26 +215,88 @@ def test_break_inside_try_inside_a_block_still_runs_the_frame_as_python(stats):
     assert torch.is_grad_enabled()
 
 
-def test_break_inside_a_user_context_manager_runs_the_frame_as_python(stats):
-    class Counter:
-        def __init__(self):
-            self.open = 0
+class Counter:
+    """A user context manager whose __exit__ never swallows an exception."""
 
-        def __enter__(self):
-            self.open += 1
-            return 2
+    def __init__(self):
+        self.open = 0
+        self.exits = []
 
-        def __exit__(self, *exc):
-            self.open -= 1
+    def __enter__(self):
+        self.open += 1
+        return 2
 
+    def __exit__(self, exc_type, exc, tb):
+        self.open -= 1
+        self.exits.append(exc_type)
+
+
+def break_in_user_block(x, c):
+    with c as k:
+        print("inside")
+        y = x * k
+    return y + c.open
+
+
+def break_in_fresh_user_block(x):
+    c = Counter()
+    with c as k:
+        print("inside")
+        y = x * k
+    return y, c.open, len(c.exits)
+
+
+def test_break_inside_a_user_context_manager(stats, capsys):
+    compiled = framejit.compile(break_in_user_block)
+    c, eager_c = Counter(), Counter()
+    x = torch.randn(3)
+    for _ in range(2):
+        assert_close_to_eager(compiled(x, c), break_in_user_block(x, eager_c))
+    assert (c.open, c.exits) == (eager_c.open, eager_c.exits) == (0, [None, None])
+    assert stats.graph_breaks == 1 and stats.eager_frames == 0 and stats.recompiles == 0
+    assert capsys.readouterr().out == "inside\n" * 4
+
+    x = torch.randn(3)
+    assert_close_to_eager(framejit.compile(break_in_fresh_user_block)(x), break_in_fresh_user_block(x))
+    assert stats.eager_frames == 0
+
+
+def test_exception_at_a_break_inside_a_user_block_reaches_its_exit(stats):
     def f(x, c):
-        with c as k:
-            print("inside")
-            y = x * k
+        with c:
+            y = x * 2
+            print(1 / 0)
         return y
 
     c = Counter()
+    with pytest.raises(ZeroDivisionError):
+        framejit.compile(f)(torch.randn(3), c)
+    assert c.open == 0 and c.exits == [ZeroDivisionError]
+    assert stats.graph_breaks == 1 and stats.eager_frames == 0
+
+
+class Swallow(Counter):
+    def __exit__(self, exc_type, exc, tb):
+        super().__exit__(exc_type, exc, tb)
+        return exc_type is ZeroDivisionError
+
+
+@framejit.disable
+def explode():
+    raise ZeroDivisionError("from plain Python")
+
+
+def test_break_inside_a_block_that_may_swallow_exceptions_runs_the_frame_as_python(stats):
+    def f(x, c):
+        y = x * 3
+        with c:
+            explode()
+            y = x * 2
+        return y
+
+    c = Swallow()
     x = torch.randn(3)
-    assert_close_to_eager(framejit.compile(f)(x, c), x * 2)
-    assert c.open == 0
+    assert_close_to_eager(framejit.compile(f)(x, c), x * 3)  # swallowed, as in eager
+    assert c.open == 0 and c.exits == [ZeroDivisionError]
     assert stats.eager_frames == 1
+    assert any("may swallow exceptions" in m for _, m in stats.fallback_reasons)

@@ -1,14 +1,19 @@
-"""``with`` blocks: on the grad-mode context managers the capture models (values/contexts.py),
-and on objects whose class defines ``__enter__`` and ``__exit__`` in Python (user context
-managers, ``contextlib.contextmanager`` generators), whose methods are inlined.
+"""``with`` blocks: on the grad-mode and autocast context managers the capture models
+(values/contexts.py), and on objects whose class defines ``__enter__`` and ``__exit__`` in
+Python (user context managers, ``contextlib.contextmanager`` generators), whose methods are
+inlined.
 
-An exception leaving a block (``WITH_EXCEPT_START``) is not captured, and a graph break inside a
-block on a user context manager runs the frame as Python (its ``__exit__`` cannot be carried
-across the break); grad-mode blocks can be split (see resume.py).
+A graph break inside a block carries the block's ``__exit__`` across the break (see resume.py):
+for a user context manager, its bound ``__exit__``, which the resume function calls where the
+block ends. That needs an ``__exit__`` that never swallows an exception (it returns None or
+False on every path), since the native code at the break only re-raises; one that may (like
+``contextlib.contextmanager``'s) makes the frame run as Python. An exception leaving a block
+during capture (``WITH_EXCEPT_START``) is not captured.
 """
 
 from __future__ import annotations
 
+import dis
 import types
 
 from ...errors import Unsupported
@@ -67,5 +72,26 @@ class UserContextExit(Value):
         return tx.inline_function(self.fn, [self.ctx, *args], kwargs)
 
     def reconstruct(self, cg):
-        raise Unsupported(f"a graph break inside a `with` block on {self.ctx.describe()}",
-                          "move the unsupported line out of the block")
+        if not never_suppresses(self.fn):
+            raise Unsupported(f"a graph break inside a `with` block on {self.ctx.describe()}, "
+                              f"whose {self.fn.__qualname__}() may swallow exceptions",
+                              "move the unsupported line out of the block")
+        return f"{cg.const_name(types.MethodType)}({cg.const_name(self.fn)}, {cg.expr(self.ctx)})"
+
+
+def never_suppresses(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` (an ``__exit__``) returns None or False on every path: each return is of
+    one of those constants, right after loading it (not a jump target)."""
+    insts = list(dis.get_instructions(fn.__code__))
+    if fn.__code__.co_flags & (0x20 | 0x80 | 0x200):  # a generator or coroutine
+        return False
+    for i, ins in enumerate(insts):
+        if ins.opname == "RETURN_CONST":
+            if ins.argval not in (None, False):
+                return False
+        elif ins.opname == "RETURN_VALUE":
+            prev = insts[i - 1] if i else None
+            if ins.is_jump_target or prev is None or prev.opname != "LOAD_CONST" \
+                    or prev.argval not in (None, False):
+                return False
+    return True

@@ -81,6 +81,14 @@ def wrap(tx, obj, source: Source) -> Value:
     if v is not None:
         return v
     v = _wrap(tx, obj, source)
+    if isinstance(v, (UserObjectValue, ListValue, DictValue)):
+        # A mutable object reached by two paths (a context manager's bound __exit__ and the
+        # local holding it) is one value, so a write through one path is seen through the
+        # other; the guard keeps them one object.
+        first = tx.output.mutable_values.setdefault(id(obj), (obj, v))[1]
+        if first is not v:
+            tx.output.guards.add(G.AliasGuard(source, first.source, True))
+            v = first
     cache[source.key] = v
     return v
 
@@ -132,6 +140,14 @@ def _wrap(tx, obj, source: Source) -> Value:
     if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
         out.guards.add(G.IdGuard(source, obj))
         return ClassValue(obj, source)
+    if t is types.MethodType and type(obj.__func__) is types.FunctionType:
+        # A bound Python method (a new object on every attribute read): its function is
+        # guarded and its object read through ``__self__``.
+        from ..sources import AttrSource
+        from .functions import MethodValue
+        out.guards.add(G.TypeGuard(source, t))
+        out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
+        return MethodValue(obj.__func__, wrap(tx, obj.__self__, _SelfSource(source)), source)
     if callable(obj):
         out.guards.add(G.IdGuard(source, obj))
         return _wrap_callable(tx, obj, source)
