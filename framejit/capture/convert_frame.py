@@ -21,6 +21,7 @@ from .. import _C
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .interpreter import BreakHere, RealCell, Translator, decode
+from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
 from .resume import (
     ITER,
@@ -37,7 +38,6 @@ from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
 from .values.containers import IteratorValue, ListValue
-from .ops.blocks import UserContextExit
 from .values.contexts import AutocastExit, GradModeExit
 
 log_recompiles = logging.getLogger("framejit.recompiles")
