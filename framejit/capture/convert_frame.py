@@ -38,7 +38,7 @@ from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
 from .values.containers import IteratorValue, ListValue
-from .values.contexts import AutocastExit, GradModeExit
+from .values.contexts import BLOCK_EXITS, AutocastExit, GradModeExit
 
 log_recompiles = logging.getLogger("framejit.recompiles")
 log_breaks = logging.getLogger("framejit.graph_breaks")
@@ -380,7 +380,7 @@ def _split_frame(ctx, code, func, tx, label):
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
     exit_slots = tuple(k for k, v in enumerate(tx.stack)
-                       if isinstance(v, (GradModeExit, AutocastExit, UserContextExit)))
+                       if isinstance(v, (*BLOCK_EXITS, UserContextExit)))
     # Inside grad-mode or autocast `with` blocks: the graph leaves the state as the blocks set
     # it, and the resume function's code leaves the blocks.
     if any(isinstance(v, GradModeExit) for v in tx.stack):

@@ -300,3 +300,22 @@ def test_break_inside_a_block_that_may_swallow_exceptions_runs_the_frame_as_pyth
     assert c.open == 0 and c.exits == [ZeroDivisionError]
     assert stats.eager_frames == 1
     assert any("may swallow exceptions" in m for _, m in stats.fallback_reasons)
+
+
+def profiled_block(x):
+    with torch.autograd.profiler.record_function("my_block"):
+        y = x * 2
+    return y + 1
+
+
+def test_record_function_block_is_captured_and_guarded_on_the_profiler(stats, recorder):
+    compiled = framejit.compile(profiled_block, backend=recorder)
+    x = torch.randn(3)
+    assert_close_to_eager(compiled(x), x * 2 + 1)
+    assert recorder.graph_count == 1 and stats.graph_breaks == 0 and stats.eager_frames == 0
+    with torch.autograd.profiler.profile() as prof:
+        assert_close_to_eager(compiled(x), x * 2 + 1)
+    # under a profiler the range must really be recorded: not the cached graph, and the frame
+    # runs as Python with the block in the trace
+    assert stats.recompiles == 1 and "_profiler_enabled" in stats.recompile_reasons[0][1]
+    assert "my_block" in {e.name for e in prof.function_events}

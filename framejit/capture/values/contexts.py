@@ -294,6 +294,66 @@ def wrap_autocast_restore(tx, obj: AutocastRestore, source) -> Value:
                         outside=True)
 
 
+# -- torch.autograd.profiler.record_function ---------------------------------------------------------
+
+def leave_profiler_range(*exc_info) -> None:
+    """At run time, the end of a ``record_function`` block split by a graph break (no profiler
+    was running: guarded)."""
+    return None
+
+
+class ProfilerRangeContext(Value):
+    """``torch.autograd.profiler.record_function(name)``: a named range in a profiler's trace
+    (optimizers wrap ``step()`` in one). With no profiler running, which is guarded, it records
+    nothing, so the block is captured as if the ``with`` were not there."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        super().__init__(None)
+        self.name = name
+
+    def describe(self):
+        return f"torch.autograd.profiler.record_function({self.name!r})"
+
+    def python_type(self):
+        return torch.autograd.profiler.record_function
+
+    def enter(self, tx) -> tuple[Value, Value]:
+        return ProfilerRangeExit(self), self
+
+
+class ProfilerRangeExit(Value):
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx):
+        super().__init__(None)
+        self.ctx = ctx
+
+    def describe(self):
+        return f"the end of a `with {self.ctx.describe()}` block"
+
+    def call(self, tx, args, kwargs):
+        return const(None)
+
+    def reconstruct(self, cg):
+        return cg.const_name(leave_profiler_range)
+
+
+def record_function(tx, args, kwargs):
+    from ..guards import EqualsGuard
+    from ..sources import CallSource
+
+    name = (args[0] if args else kwargs.get("name"))
+    if name is None or not name.is_constant():
+        raise Unsupported("torch.autograd.profiler.record_function() without a constant name")
+    if torch.autograd._profiler_enabled():
+        raise Unsupported("torch.autograd.profiler.record_function() while a profiler is running",
+                          "profile the compiled function from outside, or run it without the profiler")
+    tx.output.guards.add(EqualsGuard(CallSource(torch.autograd._profiler_enabled, ()), False))
+    return ProfilerRangeContext(str(name.as_constant()))
+
+
 #: Queries of the autocast state, folded at capture.
 AUTOCAST_QUERIES = {fn for fn in (
     torch.get_autocast_dtype, torch.is_autocast_cache_enabled,
@@ -363,4 +423,8 @@ CONTEXT_FACTORIES = {
     torch.enable_grad: enable_grad,
     torch.set_grad_enabled: set_grad_enabled,
     **{cls: _autocast_factory(cls) for cls in _autocast_classes()},
+    torch.autograd.profiler.record_function: record_function,
 }
+
+#: What a `with` on the context managers above pushes as ``__exit__``.
+BLOCK_EXITS = (GradModeExit, AutocastExit, ProfilerRangeExit)
