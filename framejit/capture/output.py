@@ -66,6 +66,21 @@ class OutputGraph:
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
 
+    def _guard_written_objects_distinct(self) -> None:
+        """An object the capture writes to was a different object from every other object of
+        its type read from outside; if a later call passes one object for both (``f(a, a)``),
+        the recorded writes and reads would no longer line up, so that call recompiles."""
+        from .guards import AliasGuard
+
+        written = {id(v): v for v in self.side_effects.written_objects() if v.source is not None}
+        if not written:
+            return
+        others = [v for _, v in self.mutable_values.values() if v.source is not None]
+        for w in written.values():
+            for v in others:
+                if v is not w and v.python_type() is w.python_type():
+                    self.guards.add(AliasGuard(w.source, v.source, False))
+
     def note_autocast(self) -> None:
         """Called before the graph first enters an autocast block (which also switches the
         state for real while capturing)."""
@@ -138,6 +153,7 @@ class OutputGraph:
         cg = EntryCodegen(argnames, lines)
         exprs = [v.reconstruct(cg) for v in values]
         replay = self.side_effects.replay_lines(cg)
+        self._guard_written_objects_distinct()
         if as_tuple:
             ret = "(" + "".join(e + ", " for e in exprs) + ")"
         else:

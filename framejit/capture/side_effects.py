@@ -59,6 +59,18 @@ class SideEffects:
                     return True
         return False
 
+    def written_objects(self) -> list:
+        """The values from outside whose attributes or contents this capture changes."""
+        out = []
+        for key in self._order:
+            if key[0] == "attr":
+                out.append(self._attrs[key][0])
+            elif key[0] == "container":
+                out.append(self._containers[key])
+            elif key[0] == "call":
+                out.append(self._calls[key][0])
+        return out
+
     def store_global(self, globals_dict: dict, name: str, value) -> None:
         key = ("global", id(globals_dict), name)
         self._remember(key)

@@ -142,3 +142,28 @@ def test_side_effect_before_a_graph_break(stats):
     x = torch.zeros(2)
     assert_close_to_eager(compiled(x, box), torch.full((2,), 10.0))
     assert box.value == 10 and stats.graph_breaks == 1
+
+
+class _Box:
+    def __init__(self):
+        self.v = 1
+
+
+def _write_one_read_other(x, a, b):
+    a.v = a.v + 10
+    return x + b.v
+
+
+def test_one_object_passed_twice_sees_its_own_write(stats):
+    """Captured with two objects, then called with one object for both: the write through `a`
+    must be seen through `b`, as in eager (the distinct-objects guard fails: a recompile)."""
+    compiled = framejit.compile(_write_one_read_other)
+    x = torch.zeros(1)
+    assert_close_to_eager(compiled(x, _Box(), _Box()), x + 1)
+    same = _Box()
+    assert_close_to_eager(compiled(x, same, same), x + 11)
+    assert same.v == 11
+    assert stats.recompiles == 1 and stats.recompile_reasons[0][1] == "a and b: now the same object"
+    other = _Box()
+    assert_close_to_eager(compiled(x, other, other), x + 11)  # the shared-object version is cached
+    assert stats.recompiles == 1
