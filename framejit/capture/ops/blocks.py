@@ -19,6 +19,7 @@ import types
 from ...errors import Unsupported
 from ..interpreter import handler
 from ..values.base import Value
+from ..values.contexts import require_normal_exit
 
 
 @handler("BEFORE_WITH")
@@ -67,8 +68,7 @@ class UserContextExit(Value):
         return f"the end of a `with` block on {self.ctx.describe()}"
 
     def call(self, tx, args, kwargs):
-        if any(not (a.is_constant() and a.as_constant() is None) for a in args):
-            raise Unsupported("leaving a `with` block because of an exception")
+        require_normal_exit(args)
         return tx.inline_function(self.fn, [self.ctx, *args], kwargs)
 
     def reconstruct(self, cg):

@@ -19,6 +19,13 @@ from .base import Value, const
 from .tensor import graph_call
 
 
+def require_normal_exit(args) -> None:
+    """An ``__exit__`` called at the end of its block (``None, None, None``): an exception
+    leaving a block during capture is not captured."""
+    if any(not (a.is_constant() and a.as_constant() is None) for a in args):
+        raise Unsupported("leaving a `with` block because of an exception")
+
+
 def _set_grad(tx, enabled: bool) -> None:
     graph_call(tx, "call_function", torch._C._set_grad_enabled, [const(enabled)], {}, impure=True)
     tx.output.set_grad_mode(enabled)
@@ -83,8 +90,7 @@ class GradModeExit(Value):
         return "the end of a grad-mode `with` block"
 
     def call(self, tx, args, kwargs):
-        if any(not (a.is_constant() and a.as_constant() is None) for a in args):
-            raise Unsupported("leaving a `with` block because of an exception")
+        require_normal_exit(args)
         _set_grad(tx, self.ctx.previous)
         if self.outside:
             tx.output.grad_mode_handover = True  # the block was entered by the frame before
@@ -257,8 +263,7 @@ class AutocastExit(Value):
         return f"the end of a `with {self.ctx.describe()}` block"
 
     def call(self, tx, args, kwargs):
-        if any(not (a.is_constant() and a.as_constant() is None) for a in args):
-            raise Unsupported("leaving a `with` block because of an exception")
+        require_normal_exit(args)
         tx.output.note_autocast()
         graph_call(tx, "call_function", autocast_exit,
                    [const(self.ctx.device), *(const(x) for x in self.previous)], {}, impure=True)
