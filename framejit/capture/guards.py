@@ -20,7 +20,8 @@ from .sources import ConstNames, Source, SourceLoader
 _guard_ids = itertools.count()
 
 
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+#: Whether autocast is on for any device (one C call; also used by the capture's tensor code).
+any_autocast_enabled = getattr(torch._C, "_is_any_autocast_enabled", None) or (
     lambda: torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
 )
 
@@ -33,7 +34,7 @@ def _autocast_detail() -> tuple:
 def _global_state() -> tuple:
     """The global torch state a captured graph depends on. Autocast details are read only when
     some autocast is on, so the common case costs one call."""
-    any_autocast = bool(_any_autocast())
+    any_autocast = bool(any_autocast_enabled())
     return (
         torch.is_grad_enabled(),
         torch.get_default_dtype(),
@@ -334,7 +335,7 @@ class GuardSet:
         lines.append(
             f"if {names(torch.is_grad_enabled)}() is not {grad}"
             f" or {names(torch.get_default_dtype)}() is not {names(dtype)}"
-            f" or {names(_any_autocast)}() is not {any_autocast}: return False"
+            f" or {names(any_autocast_enabled)}() is not {any_autocast}: return False"
         )
         if any_autocast:
             lines.append(f"if {names(_autocast_detail)}() != {names(autocast)}: return False")

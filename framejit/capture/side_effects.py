@@ -50,14 +50,7 @@ class SideEffects:
     def touches(self, source: Source) -> bool:
         """Whether a write recorded so far changes the object at ``source`` or something it
         holds (an attribute written, a list or dict reached through it mutated)."""
-        for key in self._order:
-            if key[0] == "attr" and _reaches(_owner_source(self._attrs[key][0]), source):
-                return True
-            if key[0] in ("container", "call"):
-                container = self._containers[key] if key[0] == "container" else self._calls[key][0]
-                if _reaches(container.source, source):
-                    return True
-        return False
+        return any(_reaches(_owner_source(v), source) for v in self.written_objects())
 
     def written_objects(self) -> list:
         """The values from outside whose attributes or contents this capture changes."""

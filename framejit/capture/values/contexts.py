@@ -158,10 +158,16 @@ def autocast_exit(device: str, prev_enabled: bool, prev_dtype, prev_cache_enable
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
-def autocast_state() -> tuple:
-    """This thread's whole autocast state: (enabled, dtype) per device, caching, nesting."""
+def _autocast_nesting() -> int:
+    """How many autocast blocks are open (torch has no getter: step in and back out)."""
     nesting = torch.autocast_increment_nesting() - 1
     torch.autocast_decrement_nesting()
+    return nesting
+
+
+def autocast_state() -> tuple:
+    """This thread's whole autocast state: (enabled, dtype) per device, caching, nesting."""
+    nesting = _autocast_nesting()
     return (*(x for d in _AUTOCAST_DEVICES
               for x in (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))),
             torch.is_autocast_cache_enabled(), nesting)
@@ -174,8 +180,7 @@ def restore_autocast_state(state: tuple) -> None:
     for i, d in enumerate(_AUTOCAST_DEVICES):
         torch.set_autocast_enabled(d, per_device[2 * i])
         torch.set_autocast_dtype(d, per_device[2 * i + 1])
-    now = torch.autocast_increment_nesting() - 1
-    torch.autocast_decrement_nesting()
+    now = _autocast_nesting()
     while now > nesting:
         now = torch.autocast_decrement_nesting()
         if now == 0:

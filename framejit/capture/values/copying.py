@@ -112,6 +112,14 @@ def fresh_value(tx, obj) -> Value:
     raise Unsupported(f"copying a {t.__name__} object")
 
 
+def _copy_constant(tx, v: ConstantValue, copier) -> Value:
+    """A constant is its own copy, unless it holds a mutable container."""
+    obj = v.value
+    if type(obj) in _CONTAINERS and type(obj) not in (tuple, frozenset):
+        return fresh_value(tx, copier(obj))
+    return v
+
+
 # -- deepcopy -------------------------------------------------------------------------------------
 
 def deepcopy_value(tx, v: Value, memo: dict) -> Value:
@@ -127,10 +135,7 @@ def deepcopy_value(tx, v: Value, memo: dict) -> Value:
         return done
     t = type(v)
     if isinstance(v, ConstantValue):
-        obj = v.value
-        if type(obj) in _CONTAINERS and type(obj) not in (tuple, frozenset):
-            return fresh_value(tx, copy.deepcopy(obj))
-        return v
+        return _copy_constant(tx, v, copy.deepcopy)
     if t is TupleValue:
         items = [deepcopy_value(tx, x, memo) for x in v.items]
         return memo.setdefault(id(v), TupleValue(items, cls=v.cls, names=v._names))
@@ -200,10 +205,7 @@ def shallow_copy_value(tx, v: Value) -> Value:
 
     t = type(v)
     if isinstance(v, ConstantValue):
-        obj = v.value
-        if type(obj) in _CONTAINERS and type(obj) not in (tuple, frozenset):
-            return fresh_value(tx, copy.copy(obj))
-        return v
+        return _copy_constant(tx, v, copy.copy)
     if t is TupleValue:
         return v
     if t is ListValue:

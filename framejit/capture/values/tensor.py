@@ -12,6 +12,7 @@ import operator
 import torch
 
 from ...errors import Unsupported
+from ..guards import any_autocast_enabled
 from .base import ConstantValue, Value, const
 
 # Tensor attributes that are plain Python facts about a tensor of known metadata.
@@ -337,12 +338,8 @@ def _run_on_meta(kind, target, args, kwargs, cacheable: bool):
 # on fake tensors, which are meta tensors that report their real device: torch's own autocast
 # rules then apply exactly as in eager. The result is turned back into plain meta tensors.
 
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
-    lambda: torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"))
-
-
 def _autocast_applies(devices) -> bool:
-    if not _any_autocast():
+    if not any_autocast_enabled():
         return False
     return any(d.type in ("cpu", "cuda") and torch.is_autocast_enabled(d.type) for d in devices)
 
