@@ -132,13 +132,18 @@ def _skip_roots() -> tuple[str, ...]:
 
     paths = sysconfig.get_paths()
     roots = [paths.get("stdlib"), paths.get("platstdlib"), _FRAMEJIT_DIR]
+    files = []
     for package in ("torch", "numpy", "triton", "bytecode", "networkx", "pytest", "_pytest",
                     "pluggy", "typing_extensions", "tqdm", "IPython", "sympy", "functorch"):
         spec = importlib.util.find_spec(package)
-        if spec is not None and spec.submodule_search_locations:
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
             roots.extend(spec.submodule_search_locations)
+        elif spec.origin:
+            files.append(spec.origin)  # a one-file module (typing_extensions.py)
     # The standard library lives above site-packages: only its own files count.
-    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+    return tuple(os.path.realpath(r) + os.sep for r in roots if r) + tuple(os.path.realpath(f) for f in files)
 
 
 _SKIP_ROOTS = _skip_roots()

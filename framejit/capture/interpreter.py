@@ -24,6 +24,7 @@ from .values.base import NONE, ConstantValue, Value, const
 from .values.builder import wrap, wrap_sourceless
 from .values.containers import ListValue, SequenceValue, TupleValue
 from .values.exceptions import PythonRaise
+from .values.functions import unwrap_torch_disabled
 from .values.tensor import TensorValue, graph_call
 
 #: opname -> handler(tx, inst). Filled by the modules in ``ops``.
@@ -274,6 +275,9 @@ class Translator:
         return fn.call(self, args, kwargs)
 
     def inline_function(self, fn: types.FunctionType, args, kwargs, fn_source=None) -> Value:
+        unwrapped = unwrap_torch_disabled(fn)
+        if unwrapped is not fn:
+            fn, fn_source = unwrapped, None
         closure = None
         if fn.__closure__:
             closure = []

@@ -126,6 +126,15 @@ class OutputGraph:
         self.inputs.append((source, tensor, node))
         return TensorValue(node, source)
 
+    def real_input(self, t: TensorValue):
+        """The real tensor behind a graph input read from outside (None for other tensors)."""
+        if t.source is None or t.node.op != "placeholder":
+            return None
+        for _source, tensor, node in self.inputs:
+            if node is t.node:
+                return tensor
+        return None
+
     def alias(self, a: TensorValue, b: TensorValue) -> bool:
         """``a is b`` for two graph inputs, guarded."""
         from .guards import AliasGuard

@@ -3,7 +3,8 @@ graph runs, so the compiled function leaves everything as eager would.
 
 Recorded: attribute writes on modules and objects that came from outside (``self.step += 1``,
 ``self.cache = t``), writes of globals and of variables closed over (``nonlocal``), and
-mutations of lists and dicts from outside (``self.history.append(x)``). Reads after a write in
+mutations of lists and dicts from outside (``self.history.append(x)``), and items of outside dicts
+keyed by tensors (an optimizer creating ``self.state[p]``). Reads after a write in
 the same capture see the written value. The entry function replays them in order, after the
 graph: every new value is computed first, then the writes happen, so a write never changes what a
 later replayed value reads.
@@ -27,6 +28,9 @@ class SideEffects:
         self._cells: dict = {}
         #: id of container value -> container value (its final contents are replayed)
         self._containers: dict = {}
+        #: (owner key, item key's source key) -> (owner value, key value, new value): items of
+        #: outside dicts found by an object key (an optimizer's ``state[p] = {}``)
+        self._items: dict = {}
         #: calls on containers whose contents were never read: (container, method, args)
         self._calls: dict = {}
         self._order: list = []  # keys in the order the first write happened
@@ -47,6 +51,15 @@ class SideEffects:
         entry = self._attrs.get(("attr", source.key, name))
         return entry[2] if entry is not None else None
 
+    def store_item(self, owner, key, value) -> None:
+        k = ("item", owner.source.key, key.source.key)
+        self._remember(k)
+        self._items[k] = (owner, key, value)
+
+    def load_item(self, owner, key):
+        entry = self._items.get(("item", owner.source.key, key.source.key))
+        return entry[2] if entry is not None else None
+
     def touches(self, source: Source) -> bool:
         """Whether a write recorded so far changes the object at ``source`` or something it
         holds (an attribute written, a list or dict reached through it mutated)."""
@@ -58,6 +71,8 @@ class SideEffects:
         for key in self._order:
             if key[0] == "attr":
                 out.append(self._attrs[key][0])
+            elif key[0] == "item":
+                out.append(self._items[key][0])
             elif key[0] == "container":
                 out.append(self._containers[key])
             elif key[0] == "call":
@@ -118,6 +133,10 @@ class SideEffects:
                 owner, name, value = self._attrs[key]
                 values.append(f"___e{k} = {cg.expr(value)}")
                 writes.append(f"{cg.source_expr(_owner_source(owner))}.{name} = ___e{k}")
+            elif kind == "item":
+                owner, item_key, value = self._items[key]
+                values.append(f"___e{k} = {cg.expr(value)}")
+                writes.append(f"{cg.source_expr(owner.source)}[{cg.source_expr(item_key.source)}] = ___e{k}")
             elif kind == "global":
                 globals_dict, name, value = self._globals[key]
                 values.append(f"___e{k} = {cg.expr(value)}")

@@ -87,6 +87,22 @@ class CallSource(Source):
         return f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__name__', self.fn)}({args})".lstrip(".")
 
 
+class CallResultSource(Source):
+    """``base()``: what a weak reference read from ``base`` refers to."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Source):
+        self.base = base
+        self.key = ("R", base.key)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}()"
+
+    def name(self):
+        return f"{self.base.name()}()"
+
+
 class LocalSource(Source):
     """An argument of the captured frame, by name."""
 
@@ -197,6 +213,41 @@ class ItemSource(Source):
 
     def name(self):
         return f"{self.base.name()}[{self.index!r}]"
+
+
+class ItemByKeySource(Source):
+    """``base[k]`` where the key ``k`` is itself an object read from a source (an optimizer's
+    ``state[p]``, keyed by a parameter): the item found by the key's identity."""
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: Source, index: Source):
+        self.base = base
+        self.index = index
+        self.key = ("K", base.key, index.key)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}[{self.index.expr(names)}]"
+
+    def name(self):
+        return f"{self.base.name()}[{self.index.name()}]"
+
+
+class KeyInSource(Source):
+    """Whether the object at ``index`` is a key of the dict at ``base`` (``k in d``)."""
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: Source, index: Source):
+        self.base = base
+        self.index = index
+        self.key = ("k", base.key, index.key)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.__contains__({self.index.expr(names)})"
+
+    def name(self):
+        return f"{self.index.name()} in {self.base.name()}"
 
 
 class ClosureCellSource(Source):

@@ -16,6 +16,7 @@ import operator
 import os
 import sysconfig
 import types
+import weakref
 
 import torch
 from torch import nn
@@ -177,6 +178,9 @@ def _wrap_callable(tx, obj, source) -> Value:
         return MethodValue(obj.__func__, self_value)
     if type(obj) is functools.partial:
         return _wrap_partial(tx, obj, source)
+    if type(obj) is weakref.ReferenceType and source is not None:
+        from .functions import WeakRefValue
+        return WeakRefValue(obj, source)
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         raise Unsupported(f"calling the C function {getattr(obj, '__qualname__', obj)}()",
                           "framejit cannot see inside C functions that are not torch operations")

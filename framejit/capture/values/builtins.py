@@ -45,6 +45,15 @@ def _constants(args, kwargs):
     return [a.as_constant() for a in args], {k: v.as_constant() for k, v in kwargs.items()}
 
 
+def class_getitem(cls: type, key: Value) -> Value:
+    """``list[Tensor]``, ``dict[str, int]``: a type annotation (``typing.cast`` takes one)."""
+    k = key.as_constant()
+    try:
+        return const(cls[k])
+    except TypeError as e:
+        raise Unsupported(f"{cls.__name__}[{k!r}] raises TypeError: {e}") from e
+
+
 class BuiltinValue(Value):
     """A Python builtin, a function of ``math``/``operator``, or a library callable with a
     handler here (``functools.partial``, ``itertools.chain``, ``collections.deque``...)."""
@@ -72,6 +81,11 @@ class BuiltinValue(Value):
 
     def hasattr(self, tx, name):
         return hasattr(self.fn, name)
+
+    def getitem(self, tx, key):
+        if not isinstance(self.fn, type):
+            return super().getitem(tx, key)
+        return class_getitem(self.fn, key)
 
     def call(self, tx, args, kwargs):
         fn = self.fn

@@ -359,7 +359,7 @@ class DictValue(_Deferred, Value):
 
     def setitem(self, tx, key, value):
         self._note_mutation(tx, "item assignment")
-        self.items[key.as_constant()] = value
+        self.items[_key(key)] = value
 
     def getattr(self, tx, name):
         if name in _DICT_METHODS:
@@ -421,6 +421,11 @@ class DictMethod(Value):
 
 
 def _key(key: Value):
+    from .tensor import TensorValue
+    if isinstance(key, TensorValue):
+        raise Unsupported("using a tensor as a key of a plain dict",
+                          "tensor keys are captured for defaultdicts read from outside (an optimizer's "
+                          "state); otherwise key the dict by a name or index")
     k = key.as_constant()
     try:
         hash(k)
@@ -571,7 +576,7 @@ class BoundMethod(Value):
             if name == "items":
                 return ListValue([TupleValue([const(k), v]) for k, v in d.items()])
             if name == "get":
-                k = args[0].as_constant()
+                k = _key(args[0])
                 return d[k] if k in d else (args[1] if len(args) > 1 else const(None))
             if name == "__contains__":
                 return const(_key(args[0]) in d)
@@ -597,12 +602,12 @@ class BoundMethod(Value):
                     d[k] = v
                 return const(None)
             if name == "pop":
-                k = args[0].as_constant()
+                k = _key(args[0])
                 if k in d:
                     return d.pop(k)
                 if len(args) > 1:
                     return args[1]
             if name == "setdefault":
-                k = args[0].as_constant()
+                k = _key(args[0])
                 return d.setdefault(k, args[1] if len(args) > 1 else const(None))
         raise Unsupported(f"calling {self.describe()}()")

@@ -63,12 +63,60 @@ class UserFunctionValue(Value):
     def getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return const(getattr(self.fn, name))
+        if name == "__get__":
+            return FunctionGetValue(self.fn)
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
         return cg.const_name(self.fn)
+
+
+class FunctionGetValue(Value):
+    """``fn.__get__``: called with an object, it binds ``fn`` to it as a method (what an attribute
+    read does; the LR schedulers' wrapper of ``optimizer.step`` binds the step this way)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: types.FunctionType):
+        super().__init__(None)
+        self.fn = fn
+
+    def describe(self):
+        return f"{self.fn.__qualname__}.__get__"
+
+    def call(self, tx, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Unsupported(f"calling {self.describe()} with these arguments")
+        obj = args[0]
+        if obj.is_constant() and obj.as_constant() is None:
+            return UserFunctionValue(self.fn)
+        return MethodValue(self.fn, obj)
+
+
+class WeakRefValue(Value):
+    """A ``weakref.ref`` from outside: calling it reads its referent, through the source
+    ``ref()`` (guarded like any value read from outside, so a dead referent is None there)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref, source):
+        super().__init__(source)
+        self.ref = ref
+
+    def describe(self):
+        return f"the weak reference {self.source.name()}"
+
+    def call(self, tx, args, kwargs):
+        from ..sources import CallResultSource
+        from .builder import wrap
+        if args or kwargs:
+            raise Unsupported(f"calling {self.describe()} with arguments (TypeError)")
+        return wrap(tx, self.ref(), CallResultSource(self.source))
+
+    def reconstruct(self, cg):
+        return cg.source_expr(self.source)
 
 
 class NestedFunctionValue(Value):
@@ -188,6 +236,8 @@ _TORCH_FOLD = {
     torch.finfo, torch.iinfo, torch.Size, torch.device, torch.get_default_device,
     torch.promote_types, torch.result_type, torch.can_cast,
 }
+# Questions about a tensor's type that its example answers (dtype and class are guarded).
+_TENSOR_QUERIES = {torch.is_tensor, torch.is_floating_point, torch.is_complex}
 _TORCH_FALSE = {torch.overrides.has_torch_function, torch.overrides.has_torch_function_unary,
                 torch.overrides.has_torch_function_variadic, torch.jit.is_scripting,
                 torch.jit.is_tracing}
@@ -201,6 +251,7 @@ for _name in ("torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling
         _TORCH_TRUE.add(_obj)
     except Exception:
         pass
+_DYNAMO_GRAPH_BREAK = getattr(torch._dynamo, "graph_break", None)
 _TORCH_STATEFUL = {
     torch.manual_seed: "torch.manual_seed()", torch.seed: "torch.seed()",
     torch.set_rng_state: "torch.set_rng_state()", torch.get_rng_state: "torch.get_rng_state()",
@@ -215,7 +266,45 @@ _FACTORY_NAMES = frozenset({
 })
 
 
+# torch's own Python code that is inlined like user code rather than called as an operation: the
+# optimizers (their step() is a loop of in-place tensor ops over the parameters and their grads).
+_INLINED_TORCH_MODULES = ("torch.optim",)
+
+
+def _in_modules(mod: str, prefixes) -> bool:
+    return any(mod == m or mod.startswith(m + ".") for m in prefixes)
+
+
+def is_inlined_torch_function(obj) -> bool:
+    """A Python function of torch that framejit inlines (see ``_INLINED_TORCH_MODULES``)."""
+    mod = getattr(obj, "__module__", None)
+    return isinstance(obj, types.FunctionType) and isinstance(mod, str) and _in_modules(mod, _INLINED_TORCH_MODULES)
+
+
+def _disabled_inner_code():
+    try:
+        return torch._disable_dynamo(lambda: None).__code__
+    except Exception:  # a torch without it
+        return None
+
+
+_DISABLED_INNER_CODE = _disabled_inner_code()
+
+
+def unwrap_torch_disabled(fn: types.FunctionType) -> types.FunctionType:
+    """torch marks some of its own functions (``Optimizer.zero_grad``) with
+    ``torch._disable_dynamo``, which hides them from TorchDynamo. In the modules framejit inlines,
+    the function under the marker is inlined: running it is what eager does."""
+    if fn.__code__ is _DISABLED_INNER_CODE:
+        wrapped = getattr(fn, "__wrapped__", None)
+        if is_inlined_torch_function(wrapped):
+            return wrapped
+    return fn
+
+
 def is_torch_callable(obj) -> bool:
+    if is_inlined_torch_function(obj):
+        return False
     mod = getattr(obj, "__module__", None)
     if not isinstance(mod, str):
         # C builtins of torch._C report their module through __self__.
@@ -252,10 +341,19 @@ class TorchFunctionValue(Value):
                 "call it before the compiled function; global torch state is guarded, so the "
                 "function recompiles for each state it sees",
             )
+        if fn is _DYNAMO_GRAPH_BREAK:
+            if tx.f_globals.get("__name__", "").startswith("torch."):
+                # torch's own code asks TorchDynamo for a break (the optimizers' step does, for
+                # AOTAutograd's sake); framejit's graphs do not need it, and eager ignores it.
+                return const(None)
+            raise Unsupported("torch._dynamo.graph_break(), a graph break asked for in the code",
+                              "remove the call to keep one graph")
         if fn in _TORCH_TRUE:
             return const(True)
         if fn in _TORCH_FALSE:
             return const(False)
+        if fn in _TENSOR_QUERIES and len(args) == 1 and not kwargs and isinstance(args[0], TensorValue):
+            return const(fn(args[0].example))
         if fn in _TORCH_FOLD:
             a, k = _constants(args, kwargs)
             return const(fn(*a, **k))
@@ -307,12 +405,11 @@ class TorchFunctionValue(Value):
 _FOLDABLE_MODULES = ("torch.nn.functional", "torch.nn.modules", "torch.overrides", "torch.jit",
                      "torch._jit_internal", "torch.backends.mha", "torch.functional",
                      "torch._utils", "torch.nn.modules.utils", "torch._prims_common",
-                     "torch.types", "torch.utils._python_dispatch")
+                     "torch.types", "torch.utils._python_dispatch", "torch.utils._foreach_utils")
 
 
 def _foldable_module(fn) -> bool:
-    mod = getattr(fn, "__module__", "") or ""
-    return any(mod == m or mod.startswith(m + ".") for m in _FOLDABLE_MODULES)
+    return _in_modules(getattr(fn, "__module__", "") or "", _FOLDABLE_MODULES)
 
 
 def _torch_name(fn) -> str:

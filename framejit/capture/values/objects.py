@@ -10,6 +10,7 @@ import types
 from ...errors import Unsupported
 from ..sources import AttrSource
 from .base import Value
+from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 
 _MISSING = object()
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
@@ -42,6 +43,9 @@ class UserObjectValue(Value):
         for name in ("__getitem__", "__iter__"):
             if isinstance(class_lookup(type(obj), name), types.FunctionType):
                 raise Unsupported(f"reading the items of {self.describe()}, whose class defines {name}")
+        if any(w is self for w in tx.output.side_effects.written_objects()):
+            raise Unsupported(f"reading all the items of {self.describe()} after writing one by a tensor key",
+                              "read it outside the compiled function")
         keys = tuple(dict.keys(obj))
         if not all(isinstance(k, (str, int)) for k in keys):
             raise Unsupported(f"reading the items of {self.describe()}, whose keys are not strings or ints")
@@ -136,6 +140,8 @@ class UserObjectValue(Value):
     def contains(self, tx, item):
         fn = self._python_dunder("__contains__")
         if fn is None:
+            if is_identity_key(tx, self, item):
+                return keyed_contains(tx, self, item)
             if isinstance(self.obj, dict):
                 return self.dict_storage(tx).contains(tx, item)
             return super().contains(tx, item)
@@ -144,10 +150,17 @@ class UserObjectValue(Value):
     def getitem(self, tx, key):
         fn = self._python_dunder("__getitem__")
         if fn is None:
+            if is_identity_key(tx, self, key):
+                return keyed_getitem(tx, self, key)
             if isinstance(self.obj, dict):
                 return self.dict_storage(tx).getitem(tx, key)
             return super().getitem(tx, key)
         return tx.inline_function(fn, [self, key], {})
+
+    def setitem(self, tx, key, value):
+        if self._python_dunder("__setitem__") is None and is_identity_key(tx, self, key):
+            return keyed_setitem(tx, self, key, value)
+        return super().setitem(tx, key, value)
 
     def iterate(self, tx):
         fn = self._python_dunder("__iter__")

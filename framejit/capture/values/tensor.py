@@ -85,20 +85,54 @@ class TensorValue(Value):
         if name == "device":
             return const(self.device)
         if name == "is_leaf":
-            if self.node.op == "placeholder":
-                return const(self.node.meta.get("is_leaf", True))
-            return const(not self.example.requires_grad)
+            return const(self._is_leaf(tx))
+        if name == "grad_fn" and self._is_leaf(tx):
+            return const(None)
         if name in _DEVICE_ATTRS:
             return const(_DEVICE_ATTRS[name](self.device))
         if name in _TENSOR_ATTRS:
             return graph_call(tx, "call_function", getattr, [self, const(name)], {})
         if name == "grad":
-            raise Unsupported(f"reading {self.describe()}.grad", "read gradients outside the compiled function")
+            return self._read_grad(tx)
         if name in _DATA_METHODS:
             raise Unsupported(_DATA_METHODS[name].replace("x.", self._short() + "."), _DATA_HINT)
         if callable(getattr(torch.Tensor, name, None)):
             return TensorMethodValue(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def _is_leaf(self, tx) -> bool:
+        if self.node.op != "placeholder":
+            return not self.example.requires_grad
+        leaf = self.node.meta.get("is_leaf", True)
+        if self.source is not None and self.example.requires_grad:
+            # A tensor that does not require grad is always a leaf (requires_grad is guarded).
+            from ..guards import EqualsGuard
+            from ..sources import AttrSource
+            tx.output.guards.add(EqualsGuard(AttrSource(self.source, "is_leaf"), leaf))
+        return leaf
+
+    def _read_grad(self, tx):
+        """``p.grad`` of a tensor from outside (an optimizer reading a parameter's gradient): the
+        real gradient at the call, guarded (a tensor, or None); after ``p.grad = ...`` in the
+        frame, the value written. No backward runs inside a graph, so nothing else changes it."""
+        written = tx.output.side_effects.load_attr(self, "grad")
+        if written is not None:
+            return written
+        real = tx.output.real_input(self)
+        if real is None:
+            raise Unsupported(f"reading .grad of {self.describe()}, a tensor computed in the compiled function",
+                              "read gradients of parameters and inputs, or outside the compiled function")
+        from ..sources import AttrSource
+        from .builder import wrap
+        return wrap(tx, real.grad, AttrSource(self.source, "grad"))
+
+    def setattr(self, tx, name, value):
+        if name != "grad" or tx.output.real_input(self) is None:
+            return super().setattr(tx, name, value)
+        if not (value.is_constant() and value.as_constant() is None):
+            raise Unsupported(f"assigning a tensor to .grad of {self.describe()}",
+                              "assign gradients outside the compiled function; `p.grad = None` is captured")
+        tx.output.side_effects.store_attr(self, "grad", value)
 
     def _short(self) -> str:
         return self.source.name() if self.source is not None else "tensor"
@@ -152,10 +186,39 @@ class TensorMethodValue(Value):
             return const(self.tensor.example.type().replace("torch.", "torch." + _type_prefix(self.tensor.device)))
         if name in _DATA_METHODS:
             raise Unsupported(_DATA_METHODS[name].replace("x.", self.tensor._short() + "."), _DATA_HINT)
+        if name in _SCALED_METHODS and _scaled_by_a_tensor(name, args, kwargs):
+            return _scaled_by_a_tensor_call(tx, self.tensor, name, args, kwargs)
         return graph_call(tx, "call_method", name, [self.tensor, *args], kwargs)
 
     def reconstruct(self, cg):
         return f"{cg.expr(self.tensor)}.{self.name}"
+
+
+#: ``x.addcdiv_(a, b, value=v)`` or ``x.add_(g, alpha=v)`` with a 0-d tensor ``v`` (the optimizers'
+#: step size while compiling, or a tensor learning rate): eager reads the tensor's number, which
+#: the graph cannot do while capturing. The same sum is built from tensor ops instead,
+#: ``x + a / b * v`` and ``x + g * v``, as TorchDynamo does. name -> (keyword, operands, combine)
+_SCALED_METHODS = {
+    "addcdiv": ("value", 2, torch.div), "addcdiv_": ("value", 2, torch.div),
+    "addcmul": ("value", 2, torch.mul), "addcmul_": ("value", 2, torch.mul),
+    "add": ("alpha", 1, None), "add_": ("alpha", 1, None),
+    "sub": ("alpha", 1, None), "sub_": ("alpha", 1, None),
+}
+
+
+def _scaled_by_a_tensor(name: str, args, kwargs) -> bool:
+    keyword, operands, _ = _SCALED_METHODS[name]
+    scale = kwargs.get(keyword)
+    return (len(args) == operands and len(kwargs) == 1 and isinstance(scale, TensorValue)
+            and scale.example.dim() == 0)
+
+
+def _scaled_by_a_tensor_call(tx, x: TensorValue, name: str, args, kwargs) -> Value:
+    keyword, operands, combine = _SCALED_METHODS[name]
+    term = args[0] if combine is None else graph_call(tx, "call_function", combine, list(args), {})
+    term = graph_call(tx, "call_function", torch.mul, [term, kwargs[keyword]], {})
+    base = "sub" if name.startswith("sub") else "add"
+    return graph_call(tx, "call_method", base + "_" if name.endswith("_") else base, [x, term], {})
 
 
 def _type_prefix(device: torch.device) -> str:
@@ -226,7 +289,8 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
         if not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
-            result = _run_on_meta(kind, meta_target, meta_args, meta_kwargs, cacheable=not inplace)
+            result = _run_on_meta_retrying_foreach(kind, meta_target, args, meta_args, meta_kwargs,
+                                                   cacheable=not inplace)
     except Unsupported:
         raise
     except Exception as e:
@@ -250,6 +314,23 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     node.meta["device"] = device
     node.meta["stack"] = tx.user_stack()
     return wrap_op_result(tx, node, result, device)
+
+
+def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, cacheable):
+    """``torch._foreach_addcdiv_(xs, as, bs, scalars)`` with ``scalars`` a 1-d CPU tensor (Adam's
+    step sizes while compiling) reads its numbers, which a meta tensor has not. If the example run
+    fails so, it is run again with a list of that many numbers in the tensor's place: the
+    results' metadata do not depend on the numbers."""
+    try:
+        return _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=cacheable)
+    except RuntimeError as e:
+        if not (getattr(target, "__name__", "").startswith("_foreach_") and "scalars" in str(e)):
+            raise
+        retry = list(meta_args)
+        for i, a in enumerate(args[1:], 1):
+            if isinstance(a, TensorValue) and a.example.dim() == 1 and a.device.type == "cpu":
+                retry[i] = [1.0] * a.example.shape[0]
+        return _run_on_meta(kind, target, retry, meta_kwargs, cacheable=cacheable)
 
 
 # -- meta execution, memoised ---------------------------------------------------------------------
