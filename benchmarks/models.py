@@ -63,10 +63,13 @@ def cases():
 class TrainStep(nn.Module):
     """forward, loss, backward, optimizer step, zero_grad: one call."""
 
-    def __init__(self):
+    def __init__(self, optimizer: str = "sgd"):
         super().__init__()
         self.model = TinyGPT(GPTConfig())
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        if optimizer == "adam":
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        else:
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
 
     def forward(self, idx, targets):
         logits = self.model(idx)
@@ -101,31 +104,35 @@ def main():
     fj = framejit.compile
     tc = lambda m: torch.compile(m, backend="eager")  # noqa: E731
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}")
-    print(f"{'model':<24}{'graphs':>7}{'breaks':>7}{'eager fr':>9}{'tc graphs':>10}"
+    print(f"{'model':<24}{'graphs':>7}{'breaks':>7}{'eager fr':>9}{'recomp':>8}{'tc graphs':>10}"
           f"{'1st call fj ms':>15}{'tc ms':>9}{'tc/fj':>7}{'fj/eager':>10}{'tc/eager':>10}")
-    all_cases = cases() + [("training step", TrainStep, (torch.randint(0, 256, (2, 16)),
-                                                          torch.randint(0, 256, (2, 16))), {})]
+    tokens = (torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 16)))
+    all_cases = cases() + [("training step (SGD)", TrainStep, tokens, {}),
+                           ("training step (AdamW)", lambda: TrainStep("adam"), tokens, {})]
     for name, make, args, kwargs in all_cases:
+        training = name.startswith("training step")
         model = make()
-        if name != "training step":
+        if not training:
             model.eval()
-        with torch.no_grad() if name != "training step" else _null():
+        with torch.no_grad() if not training else _null():
             f_first = first_call_ms(model, args, kwargs, fj)
             s = cf.stats
             graphs, breaks, eager_frames = s.graphs, s.graph_breaks, s.eager_frames
             t_first = first_call_ms(model, args, kwargs, tc)
-            explanation = torch._dynamo.explain(copy.deepcopy(model) if name != "training step" else model)(*args, **kwargs)
+            explanation = torch._dynamo.explain(copy.deepcopy(model) if not training else model)(*args, **kwargs)
             tc_graphs = explanation.graph_count
             framejit.reset()
             torch._dynamo.reset()
             e = per_call_ms(model, args, kwargs, number)
             f = per_call_ms(fj(model), args, kwargs, number)
+            recompiles = cf.stats.recompiles
             t = per_call_ms(tc(model), args, kwargs, number)
-        print(f"{name:<24}{graphs:>7}{breaks:>7}{eager_frames:>9}{tc_graphs:>10}{f_first:>15.1f}"
+        print(f"{name:<24}{graphs:>7}{breaks:>7}{eager_frames:>9}{recompiles:>8}{tc_graphs:>10}{f_first:>15.1f}"
               f"{t_first:>9.1f}{t_first / f_first:>7.1f}{f / e:>10.2f}{t / e:>10.2f}")
     print("graphs/breaks/eager fr: framejit's counts on the first call (eager fr = frames run as plain "
-          "Python); tc graphs: torch._dynamo.explain's graph count. fj/eager, tc/eager: steady-state "
-          "time per call relative to eager (lower is better).")
+          "Python); recomp: framejit's recompiles over all the timed calls; tc graphs: "
+          "torch._dynamo.explain's graph count. fj/eager, tc/eager: steady-state time per call "
+          "relative to eager (lower is better).")
 
 
 class _null:

@@ -151,6 +151,25 @@ def test_lr_scheduler_wrapping_step_is_inlined(stats):
     assert stats.recompiles == 0
 
 
+def test_optimizers_patched_by_torch_compile_are_still_inlined(stats):
+    # The first torch.compile in a process wraps every optimizer's _init_group in
+    # torch._dynamo.disable; framejit inlines the function under the wrapper.
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    assert torch.optim.Adam._init_group.__code__.co_filename.endswith("eval_frame.py")
+    framejit.reset()
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    reference = copy.deepcopy(model)
+    compiled_step = framejit.compile(make_step_mse(model, torch.optim.Adam(model.parameters(), lr=1e-2)))
+    eager_step = make_step_mse(reference, torch.optim.Adam(reference.parameters(), lr=1e-2))
+    for _ in range(3):
+        x, y = torch.randn(3, 4), torch.randn(3, 2)
+        assert_close_to_eager(compiled_step(x, y), eager_step(x, y))
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+    only_break_is_backward(stats)
+
+
 def test_a_tensor_learning_rate_changed_by_a_scheduler_does_not_recompile(stats):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)

@@ -281,24 +281,27 @@ def is_inlined_torch_function(obj) -> bool:
     return isinstance(obj, types.FunctionType) and isinstance(mod, str) and _in_modules(mod, _INLINED_TORCH_MODULES)
 
 
-def _disabled_inner_code():
-    try:
-        return torch._disable_dynamo(lambda: None).__code__
-    except Exception:  # a torch without it
-        return None
+def _disable_wrapper_files() -> tuple[str, ...]:
+    """The files of the wrappers that hide a function from TorchDynamo: ``torch._disable_dynamo``
+    (torch/_compile.py) and ``torch._dynamo.disable`` (its eval_frame.py)."""
+    import os
+    torch_dir = os.path.dirname(torch.__file__)
+    return (os.path.join(torch_dir, "_compile.py"), os.path.join(torch_dir, "_dynamo", "eval_frame.py"))
 
 
-_DISABLED_INNER_CODE = _disabled_inner_code()
+_DISABLE_WRAPPER_FILES = _disable_wrapper_files()
 
 
 def unwrap_torch_disabled(fn: types.FunctionType) -> types.FunctionType:
-    """torch marks some of its own functions (``Optimizer.zero_grad``) with
-    ``torch._disable_dynamo``, which hides them from TorchDynamo. In the modules framejit inlines,
-    the function under the marker is inlined: running it is what eager does."""
-    if fn.__code__ is _DISABLED_INNER_CODE:
+    """torch hides some of its own functions from TorchDynamo: ``Optimizer.zero_grad`` is marked
+    with ``torch._disable_dynamo``, and the first ``torch.compile`` in a process wraps every
+    optimizer's ``_init_group`` in ``torch._dynamo.disable``. In the modules framejit inlines,
+    the function under such a wrapper is inlined: running it is what eager does."""
+    while fn.__code__.co_filename in _DISABLE_WRAPPER_FILES:
         wrapped = getattr(fn, "__wrapped__", None)
-        if is_inlined_torch_function(wrapped):
-            return wrapped
+        if not is_inlined_torch_function(wrapped):
+            break
+        fn = wrapped
     return fn
 
 
