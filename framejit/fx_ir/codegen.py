@@ -163,6 +163,22 @@ _BINARY_SYMBOLS = {
     operator.gt: ">",
     operator.ge: ">=",
 }
+# ``1 - t``, ``0.9 ** t``, ``lr / t`` (an optimizer's bias corrections) with a number on the left:
+# Python reaches the tensor's reflected method, a Python wrapper costing microseconds per call.
+# They print as the torch call that wrapper makes (torch/_tensor.py), the same computation.
+_REVERSED_SCALAR_OPS = {
+    operator.sub: "torch.rsub({t}, {c})",
+    operator.pow: "torch.pow({c}, {t})",
+    operator.truediv: "{t}.reciprocal() * {c}",
+    operator.floordiv: "torch.floor_divide({c}, {t})",
+    operator.mod: "torch.remainder({c}, {t})",
+}
+
+
+def _is_tensor_node(arg) -> bool:
+    return isinstance(arg, Node) and isinstance(arg.meta.get("val"), torch.Tensor)
+
+
 _UNARY_SYMBOLS = {operator.neg: "-", operator.pos: "+", operator.invert: "~"}
 
 
@@ -340,6 +356,9 @@ class _Emitter:
         if not kwargs:
             if target is operator.getitem and len(args) == 2:
                 return f"{self.operand(args[0])}[{self.subscript(args[1])}]"
+            template = _REVERSED_SCALAR_OPS.get(target) if len(args) == 2 else None
+            if template is not None and type(args[0]) in (int, float) and _is_tensor_node(args[1]):
+                return template.format(c=self.operand(args[0]), t=self.operand(args[1]))
             symbol = _symbol(_BINARY_SYMBOLS, target)
             if symbol is not None and len(args) == 2:
                 return f"{self.operand(args[0])} {symbol} {self.operand(args[1])}"

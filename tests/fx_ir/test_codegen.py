@@ -265,3 +265,23 @@ def test_linecache_entry_dies_with_the_function():
     del gm
     gc.collect()
     assert filename not in linecache.cache
+
+
+def test_number_on_the_left_of_a_tensor_prints_as_the_torch_call():
+    # ``1 - t`` would reach Tensor.__rsub__, a Python wrapper; the code calls what it calls.
+    g = Graph()
+    t = g.placeholder("t")
+    outs = [g.call_function(op, (c, t)) for op, c in ((operator.sub, 1), (operator.pow, 0.9),
+                                                         (operator.truediv, 0.5), (operator.floordiv, 7),
+                                                         (operator.mod, 3.0))]
+    g.output(tuple(outs))
+    gm = GraphModule({}, g)
+    x = torch.rand(5) + 0.5
+    propagate_meta(gm, x)
+    src = g.python_code().src
+    for call in ("torch.rsub(t, 1)", "torch.pow(0.9, t)", "t.reciprocal() * 0.5",
+                 "torch.floor_divide(7, t)", "torch.remainder(3.0, t)"):
+        assert call in src, src
+    expected = (1 - x, 0.9 ** x, 0.5 / x, 7 // x, 3.0 % x)
+    for out, want in zip(GraphModule({}, g)(x), expected):
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
