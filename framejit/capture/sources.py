@@ -215,16 +215,23 @@ class ItemSource(Source):
         return f"{self.base.name()}[{self.index!r}]"
 
 
-class ItemByKeySource(Source):
-    """``base[k]`` where the key ``k`` is itself an object read from a source (an optimizer's
-    ``state[p]``, keyed by a parameter): the item found by the key's identity."""
+class _KeyedSource(Source):
+    """``base`` with ``index``, itself an object read from a source, as a key."""
 
     __slots__ = ("base", "index")
+    tag = ""
 
     def __init__(self, base: Source, index: Source):
         self.base = base
         self.index = index
-        self.key = ("K", base.key, index.key)
+        self.key = (self.tag, base.key, index.key)
+
+
+class ItemByKeySource(_KeyedSource):
+    """``base[k]`` where the key ``k`` is itself an object read from a source (an optimizer's
+    ``state[p]``, keyed by a parameter): the item found by the key's identity."""
+
+    tag = "K"
 
     def expr(self, names):
         return f"{self.base.expr(names)}[{self.index.expr(names)}]"
@@ -233,15 +240,10 @@ class ItemByKeySource(Source):
         return f"{self.base.name()}[{self.index.name()}]"
 
 
-class KeyInSource(Source):
+class KeyInSource(_KeyedSource):
     """Whether the object at ``index`` is a key of the dict at ``base`` (``k in d``)."""
 
-    __slots__ = ("base", "index")
-
-    def __init__(self, base: Source, index: Source):
-        self.base = base
-        self.index = index
-        self.key = ("k", base.key, index.key)
+    tag = "k"
 
     def expr(self, names):
         return f"{self.base.expr(names)}.__contains__({self.index.expr(names)})"

@@ -52,19 +52,26 @@ def only_break_is_backward(stats):
     assert stats.eager_frames == 0, stats.fallback_reasons
 
 
-def test_training_step_breaks_only_at_backward_and_matches_eager_after_three_steps(stats):
+def train_gpt_three_steps(set_to_none=True):
+    """A TinyGPT trained three SGD steps compiled and three eagerly: (model, reference)."""
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32)
     model = TinyGPT(cfg)
     reference = copy.deepcopy(model)
-    compiled_step = framejit.compile(make_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
-    eager_step = make_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1))
+    compiled_step = framejit.compile(make_step(model, torch.optim.SGD(model.parameters(), lr=0.1), set_to_none))
+    eager_step = make_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1), set_to_none)
     for _ in range(3):
         idx = torch.randint(0, cfg.vocab_size, (2, 8))
         targets = torch.randint(0, cfg.vocab_size, (2, 8))
         assert_close_to_eager(compiled_step(idx, targets), eager_step(idx, targets))
     for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p, q, msg=f"parameter {name} differs after 3 steps")
+    return model, reference
+
+
+def test_training_step_breaks_only_at_backward_and_matches_eager_after_three_steps(stats):
+    model, reference = train_gpt_three_steps()
+    for p, q in zip(model.parameters(), reference.parameters()):
         assert p.grad is None and q.grad is None  # zero_grad(set_to_none=True) ran
     # One graph before backward(), one for the step and zero_grad after it; no recompile.
     assert stats.graphs == 2
@@ -73,17 +80,8 @@ def test_training_step_breaks_only_at_backward_and_matches_eager_after_three_ste
 
 
 def test_zero_grad_keeping_the_gradients_zeroes_them_in_place(stats):
-    torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16)
-    model = TinyGPT(cfg)
-    reference = copy.deepcopy(model)
-    compiled_step = framejit.compile(make_step(model, torch.optim.SGD(model.parameters(), lr=0.1), False))
-    eager_step = make_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1), False)
-    for _ in range(3):
-        idx = torch.randint(0, cfg.vocab_size, (2, 8))
-        assert_close_to_eager(compiled_step(idx, idx), eager_step(idx, idx))
+    model, reference = train_gpt_three_steps(set_to_none=False)
     for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q)
         torch.testing.assert_close(p.grad, q.grad)
         assert not p.grad.requires_grad and float(p.grad.abs().sum()) == 0.0
     only_break_is_backward(stats)
