@@ -261,6 +261,29 @@ class AliasGuard(Guard):
         return f"{self.source.name()} and {self.other.name()}: now {now}"
 
 
+class DistinctGuard(Guard):
+    """The objects at ``sources`` are pairwise distinct objects, as at capture (the tensors a
+    set held by identity: ``named_parameters`` drops a parameter seen twice)."""
+
+    order = 36
+
+    def __init__(self, sources: list[Source]):
+        self.sources = list(sources)
+        self.source = max(self.sources, key=_depth)  # checked after every path it reads
+
+    def code_n(self, values: list[str]):
+        ids = ", ".join(f"id({v})" for v in values)
+        return [f"if len({{{ids}}}) != {len(values)}: return False"]
+
+    def reason_n(self, objs: list):
+        seen = {}
+        for source, obj in zip(self.sources, objs):
+            if id(obj) in seen:
+                return f"{seen[id(obj)].name()} and {source.name()}: now the same object"
+            seen[id(obj)] = source
+        return None
+
+
 class TensorGuard(Guard):
     """Type, dtype, device, shape, strides and requires_grad of a tensor."""
 
@@ -345,6 +368,8 @@ class GuardSet:
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
             if isinstance(guard, AliasGuard):
                 lines.extend(guard.code2(value_of(guard.source), value_of(guard.other)))
+            elif isinstance(guard, DistinctGuard):
+                lines.extend(guard.code_n([value_of(s) for s in guard.sources]))
             else:
                 lines.extend(guard.code(value_of(guard.source), names))
         body = "\n        ".join(lines)
@@ -386,9 +411,14 @@ class GuardSet:
                 value = eval(guard.source.expr(names), names.namespace, dict(f_locals))
                 if isinstance(guard, AliasGuard):
                     other = eval(guard.other.expr(names), names.namespace, dict(f_locals))
+                if isinstance(guard, DistinctGuard):
+                    objs = [eval(s.expr(names), names.namespace, dict(f_locals)) for s in guard.sources]
             except Exception as e:  # the path itself no longer exists
                 return f"{guard.source.name()} can no longer be read ({type(e).__name__}: {e})"
-            reason = guard.reason2(value, other) if isinstance(guard, AliasGuard) else guard.reason(value)
+            if isinstance(guard, DistinctGuard):
+                reason = guard.reason_n(objs)
+            else:
+                reason = guard.reason2(value, other) if isinstance(guard, AliasGuard) else guard.reason(value)
             if reason is not None:
                 return reason
         return None

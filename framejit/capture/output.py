@@ -43,6 +43,8 @@ class OutputGraph:
         self.source_values: dict = {}
         #: id(object) -> (object, value) for mutable objects from outside (one value each).
         self.mutable_values: dict = {}
+        #: id of a tensor from outside used by identity -> the sources it was read from
+        self.identity_keys: dict = {}
         #: get_attr name -> constant tensor held by the graph module.
         self.constants: dict[str, torch.Tensor] = {}
         #: Grad mode when capture started; the graph may switch it (``with torch.no_grad()``).
@@ -65,6 +67,22 @@ class OutputGraph:
         self.fake_mode = None
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
+
+    def note_identity_key(self, t: TensorValue, real: torch.Tensor) -> None:
+        """A tensor from outside used by identity (a set member, ``named_parameters``' memo):
+        which of these are one object is guarded when the capture ends."""
+        sources = self.identity_keys.setdefault(id(real), [])
+        if all(s.key != t.source.key for s in sources):
+            sources.append(t.source)
+
+    def _guard_identity_keys(self) -> None:
+        from .guards import AliasGuard, DistinctGuard
+        groups = list(self.identity_keys.values())
+        for sources in groups:
+            for other in sources[1:]:
+                self.guards.add(AliasGuard(sources[0], other, True))
+        if len(groups) > 1:
+            self.guards.add(DistinctGuard([sources[0] for sources in groups]))
 
     def _guard_written_objects_distinct(self) -> None:
         """An object the capture writes to was a different object from every other object of
@@ -163,6 +181,7 @@ class OutputGraph:
         exprs = [v.reconstruct(cg) for v in values]
         replay = self.side_effects.replay_lines(cg)
         self._guard_written_objects_distinct()
+        self._guard_identity_keys()
         if as_tuple:
             ret = "(" + "".join(e + ", " for e in exprs) + ")"
         else:

@@ -149,6 +149,33 @@ def test_lr_scheduler_wrapping_step_is_inlined(stats):
     assert stats.recompiles == 0
 
 
+def test_gradient_clipping_between_backward_and_step(stats):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    reference = copy.deepcopy(model)
+
+    def make(m):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+
+        def step(x, y):
+            loss = ((m(x) - y) ** 2).mean()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad()
+            return loss.detach(), norm
+
+        return step
+
+    compiled_step, eager_step = framejit.compile(make(model)), make(reference)
+    for _ in range(3):
+        x, y = torch.randn(4, 8), torch.randn(4, 1) * 10
+        assert_close_to_eager(compiled_step(x, y), eager_step(x, y))
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+    only_break_is_backward(stats)
+
+
 def test_optimizers_patched_by_torch_compile_are_still_inlined(stats):
     # The first torch.compile in a process wraps every optimizer's _init_group in
     # torch._dynamo.disable; framejit inlines the function under the wrapper.

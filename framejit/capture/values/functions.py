@@ -11,7 +11,7 @@ import torch
 
 from ...errors import Unsupported
 from .base import CellValue, Value, const
-from .containers import DictValue, SequenceValue, TupleValue
+from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
 from .tensor import TensorValue, graph_call
 
@@ -236,6 +236,39 @@ _TORCH_FOLD = {
     torch.finfo, torch.iinfo, torch.Size, torch.device, torch.get_default_device,
     torch.promote_types, torch.result_type, torch.can_cast,
 }
+
+
+def _group_by_device_and_dtype(tx, tensorlistlist: Value, with_indices: Value | None = None) -> Value:
+    """``torch.utils._foreach_utils._group_tensors_by_device_and_dtype(lists, with_indices)``
+    (foreach optimizers, ``clip_grad_norm_``): which tensors go in which group depends only on
+    devices and dtypes, which are known. torch's own function is asked, on empty stand-ins, so
+    the groups come out in its order."""
+    lists = [lst.iterate(tx) for lst in tensorlistlist.iterate(tx)]
+
+    def stand_in(v):
+        if v.is_constant() and v.as_constant() is None:
+            return None
+        if not isinstance(v, TensorValue):
+            raise Unsupported("grouping values that are not tensors by device and dtype")
+        return torch.empty(0, dtype=v.example.dtype, device=v.device)
+
+    real = torch._C._group_tensors_by_device_and_dtype([[stand_in(v) for v in lst] for lst in lists], True)
+    groups = {}
+    for key, (_, indices) in real.items():
+        grouped = ListValue([ListValue([lst[i] for i in indices]) for lst in lists])
+        wanted = with_indices is not None and with_indices.as_constant()
+        kept = ListValue([const(i) for i in indices] if wanted else [])
+        groups[key] = TupleValue([grouped, kept])
+    return DictValue(groups)
+
+
+_GROUP_BY_DEVICE_AND_DTYPE = {torch._C._group_tensors_by_device_and_dtype}
+try:
+    from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype as _grouping
+    _GROUP_BY_DEVICE_AND_DTYPE.add(_grouping)
+except ImportError:  # an older torch
+    pass
+
 # Questions about a tensor's type that its example answers (dtype and class are guarded).
 _TENSOR_QUERIES = {torch.is_tensor, torch.is_floating_point, torch.is_complex}
 _TORCH_FALSE = {torch.overrides.has_torch_function, torch.overrides.has_torch_function_unary,
@@ -268,7 +301,7 @@ _FACTORY_NAMES = frozenset({
 
 # torch's own Python code that is inlined like user code rather than called as an operation: the
 # optimizers (their step() is a loop of in-place tensor ops over the parameters and their grads).
-_INLINED_TORCH_MODULES = ("torch.optim",)
+_INLINED_TORCH_MODULES = ("torch.optim", "torch.nn.utils.clip_grad")
 
 
 def _in_modules(mod: str, prefixes) -> bool:
@@ -355,6 +388,8 @@ class TorchFunctionValue(Value):
             return const(True)
         if fn in _TORCH_FALSE:
             return const(False)
+        if fn in _GROUP_BY_DEVICE_AND_DTYPE:
+            return _group_by_device_and_dtype(tx, *args, **kwargs)
         if fn in _TENSOR_QUERIES and len(args) == 1 and not kwargs and isinstance(args[0], TensorValue):
             return const(fn(args[0].example))
         if fn in _TORCH_FOLD:

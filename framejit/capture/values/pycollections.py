@@ -33,16 +33,51 @@ def _constants_of(tx, v: Value, what: str) -> list:
     return [_hashable_constant(x, what) for x in v.iterate(tx)]
 
 
+def _identity_member(tx, v: Value, what: str):
+    """A set member that is not a constant: a module (its identity is guarded) or a tensor read
+    from outside (``named_parameters``' memo; their distinctness is guarded, see
+    ``OutputGraph.note_identity_key``). Both hash by identity. Returns the real object."""
+    from .tensor import TensorValue
+    if isinstance(v, TensorValue):
+        real = tx.output.real_input(v)
+        if real is None:
+            raise Unsupported(f"{what} a tensor computed in the compiled function",
+                              "sets are captured when they hold constants, modules and input tensors")
+        tx.output.note_identity_key(v, real)
+        return real
+    probe = getattr(v, "pinned_object", None)
+    obj = probe() if probe is not None else None
+    if obj is None or v.is_constant() or type(obj).__hash__ is not object.__hash__ \
+            or type(obj).__eq__ is not object.__eq__:
+        return _hashable_constant(v, what)
+    return obj
+
+
 class SetValue(Value):
     """A ``set`` created in the frame, holding constants: ``real`` is a Python set that sees the
     same operations in the same order as the eager one, so it iterates in the same order."""
 
-    __slots__ = ("real",)
+    __slots__ = ("real", "values")
     fresh = True
 
-    def __init__(self, items=()):
+    def __init__(self, items=(), values=None):
         super().__init__(None)
         self.real = set(items)
+        #: id of a member that is not a constant -> its value (a module, an input tensor)
+        self.values: dict = dict(values or {})
+
+    def member(self, tx, v: Value, what: str):
+        if v.is_constant():
+            return _hashable_constant(v, what)
+        obj = _identity_member(tx, v, what)
+        self.values.setdefault(id(obj), v)
+        return obj
+
+    def _derived(self, result: set, other=None) -> SetValue:
+        values = dict(self.values)
+        if other is not None:
+            values.update(other.values)
+        return SetValue(result, {k: v for k, v in values.items() if any(id(x) == k for x in result)})
 
     def describe(self):
         return "a set"
@@ -54,7 +89,7 @@ class SetValue(Value):
         return set(self.real)
 
     def iterate(self, tx):
-        return [const(x) for x in self.real]
+        return [self.values.get(id(x)) or const(x) for x in self.real]
 
     def length(self, tx):
         return len(self.real)
@@ -63,13 +98,15 @@ class SetValue(Value):
         return bool(self.real)
 
     def contains(self, tx, item):
-        return _hashable_constant(item, "`in` on a set with") in self.real
+        if item.is_constant():
+            return _hashable_constant(item, "`in` on a set with") in self.real
+        return _identity_member(tx, item, "`in` on a set with") in self.real
 
     def add(self, tx, item: Value):
-        self.real.add(_hashable_constant(item, "adding to a set"))
+        self.real.add(self.member(tx, item, "adding to a set"))
 
     def update(self, tx, iterable: Value):
-        self.real.update(_constants_of(tx, iterable, "adding to a set"))
+        self.real.update([self.member(tx, x, "adding to a set") for x in iterable.iterate(tx)])
 
     def equals(self, tx, other):
         if isinstance(other, SetValue):
@@ -81,8 +118,9 @@ class SetValue(Value):
     def binary_op(self, tx, fn, other, reflected):
         if fn not in _SET_OPS and fn not in _SET_COMPARE:
             return None
+        theirs = None
         if isinstance(other, SetValue):
-            o = other.real
+            o, theirs = other.real, other
         elif other.is_constant() and isinstance(other.as_constant(), (set, frozenset)):
             o = other.as_constant()
         else:
@@ -96,7 +134,7 @@ class SetValue(Value):
         base = {operator.ior: operator.or_, operator.iand: operator.and_, operator.isub: operator.sub,
                 operator.ixor: operator.xor}.get(fn, fn)
         result = base(a, b)
-        return SetValue(result) if isinstance(result, set) else const(result)
+        return self._derived(result, theirs) if isinstance(result, set) else const(result)
 
     def getattr(self, tx, name):
         if name in _SET_METHODS:
@@ -104,6 +142,10 @@ class SetValue(Value):
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def reconstruct(self, cg):
+        from .tensor import TensorValue
+        if any(isinstance(v, TensorValue) for v in self.values.values()):
+            raise Unsupported("a set of tensors that outlives the compiled function",
+                              "keep sets of tensors local to the compiled function")
         return cg.shared(self, lambda: f"set({cg.const_name(tuple(self.real))})")
 
 
@@ -136,14 +178,16 @@ class SetMethod(Value):
                 s.update(tx, a)
             return NONE
         if name == "copy":
-            return SetValue(s.real)
-        consts = [_hashable_constant(a, f"set.{name}() of") if name in ("discard", "remove") else
+            return s._derived(set(s.real))
+        consts = [s.member(tx, a, f"set.{name}() of") if name in ("discard", "remove") else
                   set(_constants_of(tx, a, f"set.{name}() of")) for a in args]
         try:
             result = getattr(s.real, name)(*consts)
         except (KeyError, TypeError) as e:
             raise Unsupported(f"{self.describe()}() raises {type(e).__name__}: {e}") from e
-        return SetValue(result) if isinstance(result, set) else const(result)
+        if name == "pop":
+            return s.values.get(id(result)) or const(result)
+        return s._derived(result) if isinstance(result, set) else const(result)
 
 
 class DequeValue(ItemsProtocol, Value):
