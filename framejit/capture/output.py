@@ -39,6 +39,7 @@ class OutputGraph:
         self.guards = GuardSet()
         #: (source, real tensor, placeholder) for each graph input, in placeholder order.
         self.inputs: list[tuple[Source, torch.Tensor, object]] = []
+        self._real_inputs: dict = {}  # placeholder node -> the real tensor behind it
         #: source key -> the value wrapped for it (one value per source).
         self.source_values: dict = {}
         #: id(object) -> (object, value) for mutable objects from outside (one value each).
@@ -142,23 +143,20 @@ class OutputGraph:
         node.meta["is_leaf"] = tensor.is_leaf
         self.guards.add(TensorGuard(source, tensor))
         self.inputs.append((source, tensor, node))
+        self._real_inputs[node] = tensor
         return TensorValue(node, source)
 
     def real_input(self, t: TensorValue):
         """The real tensor behind a graph input read from outside (None for other tensors)."""
         if t.source is None or t.node.op != "placeholder":
             return None
-        for _source, tensor, node in self.inputs:
-            if node is t.node:
-                return tensor
-        return None
+        return self._real_inputs.get(t.node)
 
     def alias(self, a: TensorValue, b: TensorValue) -> bool:
         """``a is b`` for two graph inputs, guarded."""
         from .guards import AliasGuard
 
-        real = {node: t for _, t, node in self.inputs}
-        same = real[a.node] is real[b.node]
+        same = self._real_inputs[a.node] is self._real_inputs[b.node]
         self.guards.add(AliasGuard(a.source, b.source, same))
         return same
 

@@ -129,22 +129,10 @@ class SideEffects:
         for key in self._order:
             kind = key[0]
             k = len(values)
-            if kind == "attr":
-                owner, name, value = self._attrs[key]
-                values.append(f"___e{k} = {cg.expr(value)}")
-                writes.append(f"{cg.source_expr(_owner_source(owner))}.{name} = ___e{k}")
-            elif kind == "item":
-                owner, item_key, value = self._items[key]
-                values.append(f"___e{k} = {cg.expr(value)}")
-                writes.append(f"{cg.source_expr(owner.source)}[{cg.source_expr(item_key.source)}] = ___e{k}")
-            elif kind == "global":
-                globals_dict, name, value = self._globals[key]
-                values.append(f"___e{k} = {cg.expr(value)}")
-                writes.append(f"{cg.const_name(globals_dict)}[{name!r}] = ___e{k}")
-            elif kind == "cell":
-                source, value = self._cells[key]
-                values.append(f"___e{k} = {cg.expr(value)}")
-                writes.append(f"{source.expr(cg.names)} = ___e{k}")
+            if kind in _ASSIGNMENTS:
+                record = getattr(self, _ASSIGNMENTS[kind])[key]
+                values.append(f"___e{k} = {cg.expr(record[-1])}")
+                writes.append(f"{_target(cg, kind, record)} = ___e{k}")
             elif kind == "call":
                 container, method, args = self._calls[key]
                 values.append(f"___e{k} = ({', '.join(cg.expr(a) for a in args)},)")
@@ -161,6 +149,25 @@ class SideEffects:
                     values.append(f"___e{k} = [{body}]")
                     writes.append(f"{target}[:] = ___e{k}")
         return values + writes
+
+
+#: kinds of recorded writes that are one assignment -> the table holding them (value last)
+_ASSIGNMENTS = {"attr": "_attrs", "item": "_items", "global": "_globals", "cell": "_cells"}
+
+
+def _target(cg, kind: str, record: tuple) -> str:
+    """Where a recorded assignment writes, as an expression of the entry function."""
+    if kind == "attr":
+        owner, name, _ = record
+        return f"{cg.source_expr(_owner_source(owner))}.{name}"
+    if kind == "item":
+        owner, item_key, _ = record
+        return f"{cg.source_expr(owner.source)}[{cg.source_expr(item_key.source)}]"
+    if kind == "global":
+        globals_dict, name, _ = record
+        return f"{cg.const_name(globals_dict)}[{name!r}]"
+    source, _ = record
+    return source.expr(cg.names)
 
 
 def _reaches(path, source: Source) -> bool:

@@ -348,7 +348,7 @@ def is_torch_callable(obj) -> bool:
         mod = getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType) else None
         if not isinstance(mod, str):
             return False
-    return mod == "torch" or mod.startswith("torch.") or mod.startswith("torch._")
+    return _in_modules(mod, ("torch",))
 
 
 class TorchFunctionValue(Value):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 
 from ...errors import Unsupported
-from .base import Value
+from .base import Value, const
 from .tensor import TensorValue
 
 _KEYED_DICT_TYPES = (dict, collections.defaultdict)
@@ -34,10 +34,16 @@ def _check_not_read_whole(d) -> None:
 
 
 def _present(tx, d, key: TensorValue) -> bool:
+    """Whether the key is in the dict at the call, guarded once per capture."""
     from ..guards import EqualsGuard
     from ..sources import KeyInSource
+    source = KeyInSource(d.source, key.source)
+    known = tx.output.source_values.get(source.key)
+    if known is not None:
+        return known.as_constant()
     present = dict.__contains__(d.obj, tx.output.real_input(key))
-    tx.output.guards.add(EqualsGuard(KeyInSource(d.source, key.source), present))
+    tx.output.guards.add(EqualsGuard(source, present))
+    tx.output.source_values[source.key] = const(present)
     return present
 
 

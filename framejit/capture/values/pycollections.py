@@ -77,7 +77,8 @@ class SetValue(Value):
         values = dict(self.values)
         if other is not None:
             values.update(other.values)
-        return SetValue(result, {k: v for k, v in values.items() if any(id(x) == k for x in result)})
+        members = {id(x) for x in result}
+        return SetValue(result, {k: v for k, v in values.items() if k in members})
 
     def describe(self):
         return "a set"

@@ -103,13 +103,13 @@ class TensorValue(Value):
     def _is_leaf(self, tx) -> bool:
         if self.node.op != "placeholder":
             return not self.example.requires_grad
-        leaf = self.node.meta.get("is_leaf", True)
-        if self.source is not None and self.example.requires_grad:
+        real = tx.output.real_input(self)
+        if real is None or not self.example.requires_grad:
             # A tensor that does not require grad is always a leaf (requires_grad is guarded).
-            from ..guards import EqualsGuard
-            from ..sources import AttrSource
-            tx.output.guards.add(EqualsGuard(AttrSource(self.source, "is_leaf"), leaf))
-        return leaf
+            return self.node.meta.get("is_leaf", True)
+        from ..sources import AttrSource
+        from .builder import wrap
+        return wrap(tx, real.is_leaf, AttrSource(self.source, "is_leaf")).as_constant()  # guarded once
 
     def _read_grad(self, tx):
         """``p.grad`` of a tensor from outside (an optimizer reading a parameter's gradient): the
