@@ -311,6 +311,7 @@ def _break_index(code, e: Unsupported) -> int | None:
 
 def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     output = OutputGraph(ctx.options)
+    output.f_globals = func.__globals__
     builtins_dict = func.__builtins__ if isinstance(func.__builtins__, dict) else vars(func.__builtins__)
     tx = Translator(output, code, func.__globals__, builtins_dict)
     tx.lazy_args = dict(f_locals)

@@ -24,12 +24,16 @@ from ..errors import BackendError, Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from .guards import GuardSet
+from .resume import NativeResult
 from .side_effects import SideEffects
 from .sources import ConstNames, Source, SourceLoader
-from .values.contexts import autocast_state, restore_autocast_state
+from .values.contexts import autocast_enter, autocast_exit, autocast_state, restore_autocast_state
 from .values.tensor import TensorValue, meta_from_real
 
 _entry_ids = itertools.count()
+
+#: Graph calls that switch global state, which the entry function puts back if the graph raises.
+_STATE_SWITCHES = frozenset({torch._C._set_grad_enabled, autocast_enter, autocast_exit})
 
 
 class OutputGraph:
@@ -68,6 +72,8 @@ class OutputGraph:
         self.fake_mode = None
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
+        #: The globals of the captured frame's function (to run it again if its graph raises).
+        self.f_globals: dict | None = None
 
     def note_identity_key(self, t: TensorValue, real: torch.Tensor) -> None:
         """A tensor from outside used by identity (a set member, ``named_parameters``' memo):
@@ -207,11 +213,12 @@ class OutputGraph:
             compiled = _compile_with_backend(backend, gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
             call = f"{cg.const_name(compiled)}({call_args})"
+            calls: list[str] = []
             if self.initial_autocast is not None:
                 # The graph enters autocast blocks: if it raises inside one, leave it.
                 # Blocks the caller entered (a resume function inside them) are left too, as
                 # the exception would leave them in eager; innermost first.
-                lines.append(f"___ac = {cg.const_name(autocast_state)}()")
+                calls.append(f"___ac = {cg.const_name(autocast_state)}()")
                 outside = sorted(self.outside_autocast_exits, key=_stack_slot, reverse=True)
                 exits = "".join(f"{cg.source_expr(src)}, " for src in outside)
                 call = (f"{cg.const_name(_call_restoring_autocast)}(___ac, ({exits}), "
@@ -223,13 +230,23 @@ class OutputGraph:
                     outermost = min(self.outside_grad_exits, key=lambda e: _stack_slot(e[0]))
                     restore = repr(outermost[1])
                 else:
-                    lines.append(f"___grad = {cg.const_name(torch.is_grad_enabled)}()")
+                    calls.append(f"___grad = {cg.const_name(torch.is_grad_enabled)}()")
                     restore = "___grad"
-                lines += [f"try:\n        ___o = {call}",
-                          f"except BaseException:\n        "
-                          f"{cg.const_name(torch._C._set_grad_enabled)}({restore})\n        raise"]
+                calls += ["try:", f"    ___o = {call}", "except BaseException:",
+                          f"    {cg.const_name(torch._C._set_grad_enabled)}({restore})", "    raise"]
             else:
-                lines.append(f"___o = {call}")
+                calls.append(f"___o = {call}")
+            rerun = self._rerun_on_error(code, graph, as_tuple)
+            if rerun is not None:
+                # The graph runs before anything else the frame does is visible, and it changed
+                # nothing outside: if it raises, run the frame again as plain Python, so the
+                # user's `try` and every side effect before the failing operation are as eager.
+                params = ", ".join(argnames)
+                again = f"{cg.const_name(rerun)}({params})"
+                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:",
+                         f"    raise {cg.const_name(NativeResult)}({again})" if as_tuple
+                         else f"    return {again}"]
+            lines.extend(calls)
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
         # writes to the world outside, in the order the function made them.
         lines.extend(cg.post_lines)
@@ -245,6 +262,23 @@ class OutputGraph:
         entry = namespace[fn_name]
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled
+
+    def _rerun_on_error(self, code, graph, as_tuple: bool):
+        """A function that runs the frame again as plain Python, for when the graph raises, or
+        None where that would not be what eager does: the graph changed a tensor in place or
+        drew random numbers before it raised, or grad mode or autocast blocks span the frame's
+        edge (a graph break inside them)."""
+        if self.grad_mode_handover or self.outside_grad_exits or self.autocast_handover \
+                or self.outside_autocast_exits or self.f_globals is None:
+            return None
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output", "get_attr"):
+                continue
+            if node.op == "call_function" and node.target in _STATE_SWITCHES:
+                continue  # put back by the entry function's own handlers
+            if node.meta.get("impure") or node.is_impure():
+                return None
+        return native_rerun(code, self.f_globals)
 
     def _prune_unused_inputs(self):
         alive = set()
@@ -280,7 +314,7 @@ class EntryCodegen:
         self.names = ConstNames("___k")
         self.graph_outputs: list = []
         self._out_index: dict = {}
-        self.source_expr = SourceLoader(self.names, argnames, lines, prefix="___s")
+        self.source_expr = SourceLoader(self.names, argnames, lines, prefix="___s", snapshot=True)
         #: Assignments of rebuilt mutable objects, run after the graph.
         self.post_lines: list[str] = []
         self._shared: dict[int, str] = {}
@@ -355,6 +389,31 @@ def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
     bc.clear()
     bc.extend(body)
     return bc.to_code()
+
+
+def native_rerun(code: types.CodeType, f_globals: dict):
+    """``rerun(*argument_slots, *closure_cells)``: call a function of ``code`` with capture off,
+    rebuilding the call from the frame's argument slots (positional, keyword-only, ``*args``,
+    ``**kwargs``) as the trampoline passes them."""
+    nargs, nkw = code.co_argcount, code.co_kwonlyargcount
+    kwnames = code.co_varnames[nargs:nargs + nkw]
+    varargs = bool(code.co_flags & compat.CO_VARARGS)
+    varkw = bool(code.co_flags & compat.CO_VARKEYWORDS)
+    nslots = compat.arg_slot_count(code)
+
+    def rerun(*slots):
+        fn = types.FunctionType(code, f_globals, code.co_name, None, tuple(slots[nslots:]) or None)
+        args = list(slots[:nargs])
+        kwargs = dict(zip(kwnames, slots[nargs:nargs + nkw]))
+        i = nargs + nkw
+        if varargs:
+            args.extend(slots[i])
+            i += 1
+        if varkw:
+            kwargs.update(slots[i])
+        return _C.CompiledFunction(fn, None)(*args, **kwargs)
+
+    return rerun
 
 
 def _identifier(name: str) -> str:

@@ -284,6 +284,23 @@ def _temp(k: int) -> str:
 _EXC = "___fj_exc"
 
 
+class NativeResult(BaseException):  # noqa: N818  (a result, not an error)
+    """Raised by the entry function of a split frame whose graph failed and which then ran the
+    frame again as plain Python: carries that run's return value to the rewritten frame, which
+    returns it (see :func:`native_result`)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def native_result(exc: BaseException):
+    """Used by rewritten frames: the value a :class:`NativeResult` carries; any other exception
+    from the entry function goes on."""
+    if type(exc) is NativeResult:
+        return exc.value
+    raise exc
+
+
 def leave_block(exit_, exc: BaseException) -> None:
     """Used by rewritten frames: a ``with`` block's ``__exit__``, as an exception leaves it."""
     exit_(type(exc), exc, exc.__traceback__)
@@ -332,7 +349,13 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
 
     args = [Instr("LOAD_FAST", n, lineno=line) for n in compat.arg_slot_names(code)]
     args += [Instr("LOAD_CLOSURE", FreeVar(v), lineno=line) for v in code.co_freevars]
+    # If the graph raises, the entry function runs the frame again as plain Python and raises
+    # its result as a NativeResult: return that (an exception table entry costs nothing else).
+    rerun_handler = Label()
+    rerun_try = TryBegin(rerun_handler, push_lasti=False)
+    body.append(rerun_try)
     body += tail_call([Instr("LOAD_CONST", entry, lineno=line)], args, line)
+    body.append(TryEnd(rerun_try))
     body.append(Instr("STORE_FAST", _STATE, lineno=line))
     for j, name in enumerate(local_names):
         body += [Instr("LOAD_FAST", _STATE, lineno=line), Instr("LOAD_CONST", j, lineno=line),
@@ -398,6 +421,11 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
             body.append(Instr("POP_TOP", lineno=line))
         body.append(Instr("LOAD_FAST", _EXC, lineno=line))
         body.append(Instr("RERAISE", 0, lineno=line))
+    body.append(rerun_handler)
+    body.append(Instr("STORE_FAST", _EXC, lineno=line))
+    body += tail_call([Instr("LOAD_CONST", native_result, lineno=line)],
+                      [Instr("LOAD_FAST", _EXC, lineno=line)], line)
+    body.append(Instr("RETURN_VALUE", lineno=line))
     bc.clear()
     bc.extend(body)
     return bc.to_code()

@@ -272,13 +272,20 @@ class ClosureCellSource(Source):
 
 class SourceLoader:
     """Renders sources for generated code, loading each shared prefix once into a temporary
-    (``___v3 = self._modules['h']``) so long module paths are walked once per call."""
+    (``___v3 = self._modules['h']``) so long module paths are walked once per call.
 
-    def __init__(self, names: ConstNames, argnames, lines: list[str], prefix: str = "___v"):
+    With ``snapshot``, every source that is not a plain argument is read into a temporary where
+    it is first needed, which in the entry function is before the graph runs and before any
+    write is replayed: a value read by the frame is the value *before* its own writes
+    (``old = G; G = G + 1; return old``), whatever the order in which the entry refers to it."""
+
+    def __init__(self, names: ConstNames, argnames, lines: list[str], prefix: str = "___v",
+                 snapshot: bool = False):
         self.names = names
         self.argnames = set(argnames)
         self.lines = lines
         self.prefix = prefix
+        self.snapshot = snapshot
         self.temps: dict = {}
 
     def __call__(self, source: Source) -> str:
@@ -288,11 +295,14 @@ class SourceLoader:
         base = getattr(source, "base", None)
         full = source.expr(self.names)
         if base is None:
-            return full
-        base_expr = self(base)
-        prefix = base.expr(self.names)
-        assert full.startswith(prefix)
-        expr = base_expr + full[len(prefix):]
+            if not self.snapshot or isinstance(source, (LocalSource, ObjectSource)):
+                return full
+            expr = full
+        else:
+            base_expr = self(base)
+            prefix = base.expr(self.names)
+            assert full.startswith(prefix)
+            expr = base_expr + full[len(prefix):]
         var = f"{self.prefix}{len(self.temps)}"
         self.temps[source.key] = var
         self.lines.append(f"{var} = {expr}")
