@@ -137,6 +137,27 @@ class EqualsGuard(Guard):
         return f"{self.source.name()}: {self.value!r} → {value!r}"
 
 
+class NotShadowedGuard(Guard):
+    """None of ``names`` is a global of the module whose globals dict is at ``source``: the
+    builtins the frame used by those names are still what the names mean (a global ``len``
+    defined later would shadow the builtin). One test for all of them."""
+
+    order = 15
+
+    def __init__(self, source: Source, names: frozenset):
+        self.source = source
+        self.names = frozenset(names)
+
+    def code(self, v, names):
+        return [f"if not {names(self.names)}.isdisjoint({v}): return False"]
+
+    def reason(self, value):
+        shadowed = sorted(self.names.intersection(value))
+        if not shadowed:
+            return None
+        return f"the global {', '.join(shadowed)} now shadows the builtin of that name"
+
+
 class LenGuard(Guard):
     order = 25
 

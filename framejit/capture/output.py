@@ -72,6 +72,8 @@ class OutputGraph:
         self.fake_mode = None
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
+        #: id of a globals dict -> (the dict, names the frame read from builtins through it)
+        self.builtins_read: dict = {}
         #: The globals of the captured frame's function (to run it again if its graph raises).
         self.f_globals: dict | None = None
 
@@ -81,6 +83,17 @@ class OutputGraph:
         sources = self.identity_keys.setdefault(id(real), [])
         if all(s.key != t.source.key for s in sources):
             sources.append(t.source)
+
+    def note_builtin(self, globals_dict: dict, name: str) -> None:
+        """The frame used the builtin ``name``, not being a global of ``globals_dict``."""
+        self.builtins_read.setdefault(id(globals_dict), (globals_dict, set()))[1].add(name)
+
+    def _guard_builtins(self) -> None:
+        from .guards import NotShadowedGuard
+        from .sources import ObjectSource
+
+        for globals_dict, names in self.builtins_read.values():
+            self.guards.add(NotShadowedGuard(ObjectSource(globals_dict), frozenset(names)))
 
     def _guard_identity_keys(self) -> None:
         from .guards import AliasGuard, DistinctGuard
@@ -186,6 +199,7 @@ class OutputGraph:
         replay = self.side_effects.replay_lines(cg)
         self._guard_written_objects_distinct()
         self._guard_identity_keys()
+        self._guard_builtins()
         if as_tuple:
             ret = "(" + "".join(e + ", " for e in exprs) + ")"
         else:

@@ -177,6 +177,42 @@ class AttrSource(Source):
         return f"{self.base.name()}.{self.attr}"
 
 
+class InstanceDictHasSource(Source):
+    """Whether the instance dict of the object at ``base`` holds ``attr`` (guards that an
+    attribute found on the class, or nowhere, is not shadowed later)."""
+
+    __slots__ = ("base", "attr")
+
+    def __init__(self, base: Source, attr: str):
+        self.base = base
+        self.attr = attr
+        self.key = ("D", base.key, attr)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.__dict__.__contains__({self.attr!r})"
+
+    def name(self):
+        return f"{self.attr!r} in {self.base.name()}.__dict__"
+
+
+class HasAttrSource(Source):
+    """``hasattr(obj, attr)`` for the object at ``obj`` (an absence read through a class's own
+    ``__getattribute__``). Not a path below ``obj``: loaders render it whole."""
+
+    __slots__ = ("obj", "attr")
+
+    def __init__(self, obj: Source, attr: str):
+        self.obj = obj
+        self.attr = attr
+        self.key = ("H", obj.key, attr)
+
+    def expr(self, names):
+        return f"{names(hasattr)}({self.obj.expr(names)}, {self.attr!r})"
+
+    def name(self):
+        return f"hasattr({self.obj.name()}, {self.attr!r})"
+
+
 class ModuleMemberSource(Source):
     """A parameter, buffer or submodule of an ``nn.Module``: read from the module's own dict
     (``m._parameters['weight']``), which is exact and far cheaper than ``m.weight``."""

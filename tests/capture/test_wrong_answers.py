@@ -166,3 +166,144 @@ def test_failing_graph_with_keyword_and_star_arguments():
     compiled = framejit.compile(f)
     assert compiled(-torch.eye(2), 1, 2, scale=2.0, k=3) == ("caught", (1, 2), 2.0, ["k"])
     torch.testing.assert_close(compiled(torch.eye(2), 1, scale=2.0), f(torch.eye(2), 1, scale=2.0))
+
+
+# -- 4. absence is guarded, pending writes are visible, builtins can be shadowed ----------------
+
+class Plain:
+    pass
+
+
+def _leafy():
+    o = Plain()
+    o.leaf = 1
+    return o
+
+
+@pytest.mark.parametrize("probe", [
+    lambda x, o: x + 1 if hasattr(o, "leaf") else x,
+    lambda x, o: x + 1 if getattr(o, "leaf", None) is not None else x,
+    lambda x, o: x * o.__dict__.get("leaf", 0),
+])
+def test_absent_attribute_is_guarded(probe, stats):
+    compiled = framejit.compile(probe)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x, Plain()), probe(x, Plain()))
+    torch.testing.assert_close(compiled(x, _leafy()), probe(x, _leafy()))
+    torch.testing.assert_close(compiled(x, Plain()), probe(x, Plain()))
+    assert stats.eager_frames == 0
+
+
+def test_attribute_absent_then_on_the_class():
+    class WithClassAttr:
+        leaf = 5
+
+    def f(x, o):
+        return x + getattr(o, "leaf", 0)
+
+    compiled = framejit.compile(f)
+    x = torch.zeros(1)
+    assert compiled(x, Plain()).item() == 0
+    assert compiled(x, WithClassAttr()).item() == 5
+
+
+def test_pending_attribute_write_is_visible_to_hasattr():
+    def f(x, o):
+        before = hasattr(o, "last")
+        o.last = x + 1
+        return before, hasattr(o, "last"), getattr(o, "last", None) is not None
+
+    compiled = framejit.compile(f)
+    assert compiled(torch.ones(1), Plain()) == f(torch.ones(1), Plain()) == (False, True, True)
+
+
+def test_new_global_shadows_a_builtin(stats):
+    namespace: dict = {}
+    exec("def f(x):\n    return x + len([1, 2])\n", namespace)
+    f = namespace["f"]
+    compiled = framejit.compile(f)
+    assert compiled(torch.zeros(1)).item() == 2
+    namespace["len"] = lambda s: 42
+    assert compiled(torch.zeros(1)).item() == f(torch.zeros(1)).item() == 42
+    assert stats.recompiles == 1
+    assert "len now shadows the builtin" in stats.recompile_reasons[0][1]
+    del namespace["len"]
+    assert compiled(torch.zeros(1)).item() == 2
+
+
+# -- 9. attribute lookup order: class attributes come before Module.__getattr__ ------------------
+
+class Base(torch.nn.Module):
+    def linear(self, x):
+        return x * 3
+
+
+class MethodShadowsSubmodule(Base):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(10, 10)  # goes to _modules; the method still wins
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+class Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self):
+        self.a = 2
+
+
+class DataDescriptor:
+    def __get__(self, obj, cls):
+        return 7
+
+    def __set__(self, obj, value):
+        raise AttributeError
+
+
+class Shadowing:
+    prop = DataDescriptor()
+    plain = 1
+
+    def method(self):
+        return 10
+
+    def __getattr__(self, name):
+        return 100
+
+
+def test_class_method_before_module_getattr(stats):
+    m = MethodShadowsSubmodule()
+    x = torch.randn(2, 10)
+    torch.testing.assert_close(framejit.compile(m)(x), m(x))
+    assert stats.eager_frames == 0
+
+
+@pytest.mark.parametrize("make_inside", [False, True])
+def test_lookup_order_on_plain_objects(make_inside):
+    def f(x, o):
+        if o is None:
+            o = Shadowing()
+            o.__dict__.update(prop=1, method=lambda: 20, plain=3)
+        return x + o.prop + o.method() + o.plain + o.missing
+
+    o = None
+    if not make_inside:
+        o = Shadowing()
+        o.__dict__.update(prop=1, method=lambda: 20, plain=3)
+    compiled = framejit.compile(f)
+    x = torch.zeros(1)
+    if make_inside:
+        # __dict__.update on an object created in the frame is not captured; it must still be right
+        assert compiled(x, None).item() == f(x, None).item()
+    else:
+        assert compiled(x, o).item() == f(x, o).item() == 7 + 20 + 3 + 100
+
+
+def test_slots_and_missing_attribute():
+    def f(x, o):
+        return x + o.a, hasattr(o, "b")
+
+    compiled = framejit.compile(f)
+    assert compiled(torch.zeros(1), Slotted()) == f(torch.zeros(1), Slotted())

@@ -84,6 +84,8 @@ def load_global_value(tx, name: str):
         return wrap(tx, g[name], GlobalSource(g, name))
     b = tx.f_builtins
     if name in b:
+        if not _is_library_globals(g):
+            tx.output.note_builtin(g, name)  # a global of that name defined later shadows it
         return wrap_sourceless(tx, b[name])
     raise Unsupported(f"name {name!r} is not defined (NameError)")
 

@@ -23,23 +23,12 @@ import torch
 from ...errors import Unsupported
 from .base import NONE, ConstantValue, Value, const
 from .containers import TupleValue
-from .exceptions import is_exception_class, make_exception, raise_python
+from .exceptions import is_exception_class, make_exception
+from .lookup import MISSING as _MISSING
+from .lookup import class_lookup, generic_getattr, python_getattr_hook
+from .lookup import is_data_descriptor as _is_data_descriptor
 
-_MISSING = object()
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
-
-
-def class_lookup(cls: type, name: str):
-    """What ``type(obj).name`` finds for an instance: the first class in the MRO defining it."""
-    for klass in cls.__mro__:
-        d = vars(klass)
-        if name in d:
-            return d[name]
-    return _MISSING
-
-
-def _is_data_descriptor(attr) -> bool:
-    return attr is not _MISSING and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
 
 
 def _frozen_dataclass(cls) -> bool:
@@ -196,41 +185,26 @@ class ObjectValue(Value):
         return self.generic_getattr(tx, name)
 
     def generic_getattr(self, tx, name):
-        """``object.__getattribute__(self, name)``: data descriptors, the instance dict, then the
-        class (what ``super().__getattribute__(name)`` reaches)."""
-        cls = self.user_class
+        """``object.__getattribute__(self, name)`` (what ``super().__getattribute__(name)``
+        reaches): see :mod:`.lookup`."""
         if name == "__class__":
             return self.cls_value
-        if name == "__dict__" and class_lookup(cls, "__dict__") is not _MISSING:
+        if name == "__dict__" and class_lookup(self.user_class, "__dict__") is not _MISSING:
             return dict_view(self.attrs)
-        static = class_lookup(cls, name)
-        if _is_data_descriptor(static):
-            if isinstance(static, property):
-                if static.fget is None:
-                    raise Unsupported(f"reading the write-only property .{name} (AttributeError)")
-                return tx.inline_function(static.fget, [self], {})
-            if isinstance(static, types.MemberDescriptorType) and name in self.attrs:
-                return self.attrs[name]
-            raise Unsupported(f"reading .{name} of {self.describe()}")
-        if name in self.attrs:
-            return self.attrs[name]
-        if static is _MISSING:
-            if class_lookup(cls, "__getattr__") is not _MISSING:
-                raise Unsupported(f"reading .{name} of {self.describe()}, whose class defines __getattr__")
-            raise_python(AttributeError, f"{self.user_class.__name__!r} object has no attribute {name!r}")
+        return generic_getattr(tx, self, name)
+
+    # the three parts of the lookup that differ by kind of instance (see lookup.py)
+    def instance_attr(self, tx, name):
+        return self.attrs.get(name, _MISSING)
+
+    def class_value(self, tx):
+        return self.cls_value
+
+    def class_attribute(self, tx, name, static):
         return bind_class_attribute(tx, self.cls_value, name, static, self)
 
-    def hasattr(self, tx, name):
-        if self._dunder("__getattribute__") is not None:
-            raise Unsupported(f"hasattr() on {self.describe()}, whose class customises attribute access")
-        if name in self.attrs or name == "__class__":
-            return True
-        static = class_lookup(self.user_class, name)
-        if isinstance(static, property) or class_lookup(self.user_class, "__getattr__") is not _MISSING:
-            raise Unsupported(f"hasattr() on .{name} of {self.describe()}")
-        if isinstance(static, types.MemberDescriptorType):
-            return False
-        return static is not _MISSING
+    def getattr_fallback(self, tx, name):
+        return python_getattr_hook(tx, self, name)
 
     def setattr(self, tx, name, value):
         if _frozen_dataclass(self.user_class):

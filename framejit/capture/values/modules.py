@@ -56,29 +56,35 @@ class ModuleValue(Value):
         written = tx.output.side_effects.load_attr(self, name)
         if written is not None:
             return written
+        # Python's order (see lookup.py): data descriptors of the class, the instance dict, the
+        # class's other attributes, then Module.__getattr__ (parameters, buffers, submodules).
+        # A method named like a submodule is therefore the method, as in eager.
         mod = self.module
+        attr = inspect.getattr_static(type(mod), name, _MISSING)
+        if isinstance(attr, property):
+            return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
+        if name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name))
+        if attr is not _MISSING:
+            if isinstance(attr, types.FunctionType):
+                if is_builtin_container_method(mod, name):
+                    return _ModuleHelperMethod(self, name)
+                from .functions import MethodValue
+                return MethodValue(attr, self)
+            if isinstance(attr, staticmethod):
+                return wrap_sourceless(tx, attr.__func__)
+            if isinstance(attr, classmethod):
+                from .functions import MethodValue
+                return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
+            return wrap_sourceless(tx, getattr(mod, name))
+        if type(mod).__getattr__ is not nn.Module.__getattr__:
+            from .lookup import python_getattr_hook
+            return python_getattr_hook(tx, self, name)
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, ()):
                 return self._member(tx, table, name)
-        if name in d:
-            return wrap(tx, d[name], AttrSource(self.source, name))
-        attr = inspect.getattr_static(type(mod), name, _MISSING)
-        if attr is _MISSING:
-            raise Unsupported(f"{self.describe()} has no attribute {name!r}")
-        if isinstance(attr, types.FunctionType):
-            if is_builtin_container_method(mod, name):
-                return _ModuleHelperMethod(self, name)
-            from .functions import MethodValue
-            return MethodValue(attr, self)
-        if isinstance(attr, property):
-            return tx.inline_function(attr.fget, [self], {})
-        if isinstance(attr, staticmethod):
-            return wrap_sourceless(tx, attr.__func__)
-        if isinstance(attr, classmethod):
-            from .functions import MethodValue
-            return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
-        return wrap_sourceless(tx, getattr(mod, name))
+        raise Unsupported(f"{self.describe()} has no attribute {name!r}")
 
     def hasattr(self, tx, name):
         return hasattr(self.module, name)

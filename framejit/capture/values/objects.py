@@ -8,11 +8,11 @@ import inspect
 import types
 
 from ...errors import Unsupported
-from ..sources import AttrSource
+from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
 from .base import Value
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
+from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
 
-_MISSING = object()
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
 _GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__,
@@ -39,7 +39,6 @@ class UserObjectValue(Value):
             raise Unsupported(f"reading the items of {self.describe()}")
         from ..sources import ObjectSource
         source = self.source if self.source is not None else ObjectSource(obj)
-        from .instances import class_lookup
         for name in ("__getitem__", "__iter__"):
             if isinstance(class_lookup(type(obj), name), types.FunctionType):
                 raise Unsupported(f"reading the items of {self.describe()}, whose class defines {name}")
@@ -102,34 +101,51 @@ class UserObjectValue(Value):
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
-        overrides (what ``super().__getattribute__(name)`` reaches)."""
-        from .builder import wrap, wrap_sourceless
-        from .functions import MethodValue
+        overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.lookup`."""
         from .instances import defined_by_dict
 
         obj = self.obj
-        cls = type(obj)
-        static = inspect.getattr_static(cls, name, _MISSING)
-        if isinstance(static, property):
-            return tx.inline_function(static.fget, [self], {})
-        d = getattr(obj, "__dict__", None)
-        if d is not None and name in d and not _is_data_descriptor(static):
-            return wrap(tx, d[name], AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, d[name])
-        if static is _MISSING:
-            if getattr(cls, "__getattr__", None) is not None:
-                raise Unsupported(f"reading .{name} of {self.describe()}, whose class defines __getattr__")
-            raise Unsupported(f"{self.describe()} has no attribute {name!r}")
-        if isinstance(static, types.FunctionType):
-            return MethodValue(static, self)
-        if isinstance(static, staticmethod):
-            return wrap_sourceless(tx, static.__func__)
-        if isinstance(static, classmethod):
-            return MethodValue(static.__func__, wrap_sourceless(tx, cls))
-        if isinstance(obj, dict) and defined_by_dict(cls, name):
+        if isinstance(obj, dict) and defined_by_dict(type(obj), name) \
+                and self.instance_attr(tx, name) is MISSING:
             return self.dict_method(tx, name)
-        if self.source is not None:
-            return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
-        return wrap_sourceless(tx, getattr(obj, name))
+        return generic_getattr(tx, self, name)
+
+    # the parts of the lookup that differ by kind of instance (see lookup.py)
+    def instance_attr(self, tx, name):
+        """The attribute in the object's instance dict (or slot), or MISSING; for an object
+        read from a source, an absence is guarded, so a later call on an object that has it
+        recompiles."""
+        from .builder import wrap, wrap_sourceless
+
+        obj = self.obj
+        if isinstance(class_lookup(type(obj), name), types.MemberDescriptorType):
+            if not hasattr(obj, name):
+                return MISSING
+        else:
+            d = getattr(obj, "__dict__", None)
+            if not isinstance(d, dict):
+                return MISSING
+            if name not in d:
+                if self.source is not None:
+                    from ..guards import EqualsGuard
+                    tx.output.guards.add(EqualsGuard(InstanceDictHasSource(self.source, name), False))
+                return MISSING
+        value = getattr(obj, name)
+        return wrap(tx, value, AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, value)
+
+    def class_value(self, tx):
+        return ClassValue(type(self.obj), AttrSource(self.source, "__class__") if self.source else None)
+
+    def class_attribute(self, tx, name, static):
+        """A class attribute that is not a function, static or class method: read through the
+        object (a descriptor's ``__get__`` runs for real), guarded by its value."""
+        from .builder import wrap, wrap_sourceless
+
+        value = getattr(self.obj, name)
+        return wrap(tx, value, AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, value)
+
+    def getattr_fallback(self, tx, name):
+        return python_getattr_hook(tx, self, name)
 
     # ``in``, indexing and ``len`` on objects whose class implements them in Python (mapping
     # registries built on collections.abc): the method is inlined.
@@ -182,9 +198,9 @@ class UserObjectValue(Value):
         """An attribute write on an object from outside: recorded and replayed after the graph,
         for plain attributes of classes that do not customise attribute assignment."""
         cls = type(self.obj)
-        static = inspect.getattr_static(cls, name, _MISSING)
+        static = inspect.getattr_static(cls, name, MISSING)
         if cls.__setattr__ is not object.__setattr__ \
-                or not hasattr(self.obj, "__dict__") or _is_data_descriptor(static):
+                or not hasattr(self.obj, "__dict__") or is_data_descriptor(static):
             return super().setattr(tx, name, value)
         tx.output.side_effects.store_attr(self, name, value)
 
@@ -199,17 +215,17 @@ class UserObjectValue(Value):
             raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
         try:
             value = getattr(self.obj, name)
-        except AttributeError as e:
-            raise Unsupported(f"{self.describe()} has no attribute {name!r}") from e
+        except AttributeError:
+            from ..guards import EqualsGuard
+            from .exceptions import raise_python
+            tx.output.guards.add(EqualsGuard(HasAttrSource(self.source, name), False))
+            raise_python(AttributeError, f"{type(self.obj).__name__!r} object has no attribute {name!r}")
         if isinstance(value, types.MethodType) and value.__self__ is self.obj \
                 and isinstance(value.__func__, types.FunctionType):
             return MethodValue(value.__func__, self)
         if callable(value) and not isinstance(value, type):
             raise Unsupported(f"calling .{name} of {self.describe()}, whose class customises attribute access")
         return wrap(tx, value, AttrSource(self.source, name))
-
-    def hasattr(self, tx, name):
-        return hasattr(self.obj, name)
 
     def call(self, tx, args, kwargs):
         call = inspect.getattr_static(type(self.obj), "__call__", None)
@@ -219,21 +235,15 @@ class UserObjectValue(Value):
 
     def truthy(self, tx):
         # An object is true unless its class says otherwise (__bool__, then __len__).
-        from .instances import _MISSING as missing
-        from .instances import class_lookup
         for name in ("__bool__", "__len__"):
             method = class_lookup(type(self.obj), name)
-            if method is missing:
+            if method is MISSING:
                 continue
             if isinstance(method, types.FunctionType):
                 result = tx.inline_function(method, [self], {}).as_constant()
                 return bool(result)
             raise Unsupported(f"using {self.describe()} as a condition (its class defines {name})")
         return True
-
-
-def _is_data_descriptor(attr) -> bool:
-    return attr is not _MISSING and hasattr(type(attr), "__set__")
 
 
 class PythonModuleValue(Value):
@@ -305,8 +315,8 @@ class ClassValue(Value):
         from .builder import wrap, wrap_sourceless
         from .functions import MethodValue
 
-        static = inspect.getattr_static(self.cls, name, _MISSING)
-        if static is _MISSING:
+        static = inspect.getattr_static(self.cls, name, MISSING)
+        if static is MISSING:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}")
         if isinstance(static, classmethod):
             return MethodValue(static.__func__, self)
