@@ -307,3 +307,92 @@ def test_slots_and_missing_attribute():
 
     compiled = framejit.compile(f)
     assert compiled(torch.zeros(1), Slotted()) == f(torch.zeros(1), Slotted())
+
+
+# -- 5. a loop sees the changes of the list it iterates; 7. dict views are live -----------------
+
+def _tensors(n=3):
+    return [torch.full((1,), float(i + 1)) for i in range(n)]
+
+
+@pytest.mark.parametrize("body", ["reverse", "pop", "pop_break", "append_once", "enumerate_pop",
+                                  "reversed_pop", "zip_pop"])
+def test_loop_over_a_list_changed_inside(body):
+    def f(x, lst):
+        if body == "reverse":
+            for t in lst:
+                x = x * 2 + t
+                lst.reverse()
+        elif body == "pop":
+            for t in lst:
+                x = x * 2 + t
+                lst.pop()
+        elif body == "pop_break":
+            for t in lst:
+                x = x * 2 + t
+                lst.pop()
+                if len(lst) < 2:
+                    break
+        elif body == "append_once":
+            for t in lst:
+                x = x * 2 + t
+                if len(lst) < 4:
+                    lst.append(t + 10)
+        elif body == "enumerate_pop":
+            for i, t in enumerate(lst):
+                x = x * 2 + t * i
+                lst.pop(0)
+        elif body == "reversed_pop":
+            for t in reversed(lst):
+                x = x * 2 + t
+                lst.pop()
+        else:
+            for a, b in zip(lst, list(lst)):
+                x = x * 2 + a - b
+                lst.pop()
+        return x, len(lst)
+
+    lst, expected_lst = _tensors(), _tensors()
+    expected = f(torch.zeros(1), expected_lst)
+    got = framejit.compile(f)(torch.zeros(1), lst)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(lst, expected_lst)
+
+
+def test_dict_views_are_live(stats):
+    def f(x):
+        d = {3: x}
+        ks, vs, its = d.keys(), d.values(), d.items()
+        d[4] = x + 1
+        total = sum(vs)
+        return 4 in ks, len(ks), len(vs), len(its), total, [k for k in ks], (4, d[4]) in its
+
+    compiled = framejit.compile(f)
+    got, expected = compiled(torch.ones(1)), f(torch.ones(1))
+    assert repr(got) == repr(expected)
+    assert stats.eager_frames == 0
+
+
+def test_dict_changed_while_iterating_raises():
+    def f(x):
+        d = {1: x, 2: x}
+        try:
+            for k in d:
+                d[k + 10] = x
+        except RuntimeError as e:
+            return x + 1, str(e)
+        return x, ""
+
+    compiled = framejit.compile(f)
+    assert repr(compiled(torch.ones(1))) == repr(f(torch.ones(1)))
+
+
+def test_dict_view_of_an_outside_dict_sees_the_frame_writes():
+    def f(x, d):
+        ks = d.keys()
+        d["new"] = x
+        return len(ks), "new" in ks
+
+    d1, d2 = {"a": 1}, {"a": 1}
+    assert framejit.compile(f)(torch.ones(1), d1) == f(torch.ones(1), d2)
+    assert d1.keys() == d2.keys()

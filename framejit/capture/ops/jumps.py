@@ -66,7 +66,7 @@ def jump_if_false_or_pop(tx, inst):
 @handler("GET_ITER")
 def get_iter(tx, inst):
     v = tx.pop()
-    tx.push(v if isinstance(v, IteratorValue) else IteratorValue(v.iterate(tx)))
+    tx.push(v.make_iterator(tx))
 
 
 @handler("FOR_ITER")

@@ -62,6 +62,12 @@ class Value:
     def iterate(self, tx: Translator) -> list[Value]:
         raise Unsupported(f"iterating over {self.describe()}")
 
+    def make_iterator(self, tx: Translator) -> Value:
+        """``iter(self)``: by default an iterator over a snapshot of the items; mutable
+        containers give iterators that read them live, as Python's do."""
+        from .containers import IteratorValue
+        return IteratorValue(self.iterate(tx))
+
     def length(self, tx: Translator) -> int:
         return len(self.iterate(tx))
 

@@ -26,9 +26,11 @@ from .exceptions import PythonRaise, is_exception_class, make_exception, raise_p
 from .iterators import (
     ChainIterator,
     CountIterator,
+    DictView,
     EnumerateIterator,
     FilterIterator,
     LazyIteratorValue,
+    ListIterator,
     MapIterator,
     RepeatIterator,
     SliceIterator,
@@ -352,8 +354,9 @@ def _bi_next(tx, args, kwargs):
 
 
 def _is_lazy_source(v: Value) -> bool:
-    """Iterators are consumed item by item (another consumer may share them)."""
-    return isinstance(v, IteratorValue)
+    """Iterators are consumed item by item (another consumer may share them); lists and dicts
+    are read live, item by item, as Python's iterators over them do."""
+    return isinstance(v, (IteratorValue, ListValue, DictValue, DictView))
 
 
 @handles(enumerate)
@@ -361,7 +364,7 @@ def _bi_enumerate(tx, args, kwargs):
     _arity("enumerate", args, kwargs, 1, 2, ("start",))
     start = (args[1] if len(args) > 1 else kwargs.get("start", const(0))).as_constant()
     if _is_lazy_source(args[0]):
-        return EnumerateIterator(args[0], start)
+        return EnumerateIterator(as_iterator(tx, args[0]), start)
     return IteratorValue([TupleValue([const(i + start), v]) for i, v in enumerate(args[0].iterate(tx))])
 
 
@@ -408,6 +411,8 @@ def _bi_reversed(tx, args, kwargs):
         or (isinstance(v, ModuleValue) and isinstance(v.module, (torch.nn.Sequential, torch.nn.ModuleList)))
     if not ok:
         raise Unsupported(f"reversed() of {v.describe()}")
+    if isinstance(v, ListValue):
+        return ListIterator(v, reverse=True)
     return IteratorValue(list(reversed(v.iterate(tx))))
 
 

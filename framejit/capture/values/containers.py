@@ -228,6 +228,10 @@ class ListValue(SequenceValue):
     def python_type(self):
         return list
 
+    def make_iterator(self, tx):
+        from .iterators import ListIterator
+        return ListIterator(self)
+
     def as_constant(self):
         return [v.as_constant() for v in self.items]
 
@@ -306,6 +310,10 @@ class DictValue(_Deferred, Value):
 
     def iterate(self, tx):
         return [const(k) for k in self.items]
+
+    def make_iterator(self, tx):
+        from .iterators import DictIterator
+        return DictIterator(self)
 
     def length(self, tx):
         return len(self.items)
@@ -395,8 +403,7 @@ def call_dict_method(tx, d: DictValue, name: str, args, kwargs) -> Value:
     if name == "__len__":
         return const(d.length(tx))
     if name == "__iter__":
-        from .iterators import as_iterator
-        return as_iterator(tx, ListValue(d.iterate(tx)))
+        return d.make_iterator(tx)
     if name in _DICT_METHODS:
         return BoundMethod(d, name).call(tx, args, kwargs)
     raise Unsupported(f"dict.{name}() on {d.describe()}")
@@ -448,6 +455,9 @@ class IteratorValue(Value):
 
     def describe(self):
         return "an iterator"
+
+    def make_iterator(self, tx):
+        return self  # iter(it) is it
 
     def next(self) -> Value | None:
         if self.pos >= len(self.items):
@@ -569,12 +579,9 @@ class BoundMethod(Value):
             return TupleValue(items, cls=obj.cls, names=obj._names)
         if isinstance(obj, DictValue):
             d = obj.items
-            if name == "keys":
-                return ListValue([const(k) for k in d])
-            if name == "values":
-                return ListValue(list(d.values()))
-            if name == "items":
-                return ListValue([TupleValue([const(k), v]) for k, v in d.items()])
+            if name in ("keys", "values", "items"):
+                from .iterators import DictView
+                return DictView(obj, name)
             if name == "get":
                 k = _key(args[0])
                 return d[k] if k in d else (args[1] if len(args) > 1 else const(None))

@@ -32,10 +32,9 @@ def remaining(it: IteratorValue) -> list[Value] | None:
 
 
 def as_iterator(tx, v: Value) -> IteratorValue:
-    """``iter(v)``: iterators are themselves; anything iterable is snapshotted into one."""
-    if isinstance(v, IteratorValue):
-        return v
-    return IteratorValue(v.iterate(tx))
+    """``iter(v)``: iterators are themselves; lists and dicts give live iterators; anything
+    else iterable is snapshotted into one."""
+    return v.make_iterator(tx)
 
 
 class LazyIteratorValue(IteratorValue):
@@ -333,3 +332,123 @@ class RepeatIterator(LazyIteratorValue):
                 return None
             self.remaining -= 1
         return self.value
+
+
+class ListIterator(LazyIteratorValue):
+    """``iter(lst)`` (and ``reversed(lst)``): reads the list by index at each step, as Python's
+    list iterator does, so a loop sees the list's changes made while it runs (``pop``,
+    ``reverse``, ``append``)."""
+
+    __slots__ = ("seq", "index", "step")
+    kind = "list_iterator"
+
+    def __init__(self, seq, reverse: bool = False):
+        super().__init__()
+        self.seq = seq
+        self.step = -1 if reverse else 1
+        self.index = len(seq.items) - 1 if reverse else 0
+
+    def python_type(self):
+        return type(iter([])) if self.step == 1 else type(reversed([]))
+
+    def _next(self):
+        items = self.seq.items
+        if 0 <= self.index < len(items):
+            v = items[self.index]
+            self.index += self.step
+            return v
+        return None
+
+    def peek(self):
+        items = self.seq.items
+        if self.step == 1:
+            return list(items[self.index:])
+        return list(reversed(items[:self.index + 1])) if self.index >= 0 else []
+
+
+class DictIterator(LazyIteratorValue):
+    """Iterating a dict or one of its views: keys in insertion order, read live; a change of the
+    dict's size (or of its keys) while iterating raises RuntimeError, as in Python."""
+
+    __slots__ = ("dict_value", "view", "keys", "size", "index")
+    kind = "dict_iterator"
+
+    def __init__(self, dict_value, view: str = "keys"):
+        super().__init__()
+        self.dict_value = dict_value
+        self.view = view
+        self.keys = list(dict_value.items)
+        self.size = len(self.keys)
+        self.index = 0
+
+    def python_type(self):
+        return type(iter(getattr({}, self.view)()))
+
+    def _item(self, k):
+        d = self.dict_value.items
+        if self.view == "keys":
+            return const(k)
+        if self.view == "values":
+            return d[k]
+        return TupleValue([const(k), d[k]])
+
+    def _next(self):
+        from .exceptions import raise_python
+
+        d = self.dict_value.items
+        if len(d) != self.size:
+            self.exhausted = True  # Python's iterator gives up for good, too
+            raise_python(RuntimeError, "dictionary changed size during iteration")
+        if self.index >= len(self.keys):
+            return None
+        k = self.keys[self.index]
+        if k not in d:
+            self.exhausted = True
+            raise_python(RuntimeError, "dictionary keys changed during iteration")
+        self.index += 1
+        return self._item(k)
+
+    def peek(self):
+        d = self.dict_value.items
+        if len(d) != self.size or any(k not in d for k in self.keys[self.index:]):
+            return None
+        return [self._item(k) for k in self.keys[self.index:]]
+
+
+class DictView(Value):
+    """``d.keys()``, ``d.values()``, ``d.items()``: live views of the dict (what they hold,
+    their length and ``in`` follow later changes of the dict)."""
+
+    __slots__ = ("dict_value", "view")
+
+    def __init__(self, dict_value, view: str):
+        super().__init__(None)
+        self.dict_value = dict_value
+        self.view = view
+
+    def describe(self):
+        return f"{self.dict_value.describe()}.{self.view}()"
+
+    def python_type(self):
+        return type(getattr({}, self.view)())
+
+    def iterate(self, tx):
+        return DictIterator(self.dict_value, self.view).iterate(tx)
+
+    def make_iterator(self, tx):
+        return DictIterator(self.dict_value, self.view)
+
+    def length(self, tx):
+        return self.dict_value.length(tx)
+
+    def truthy(self, tx):
+        return self.dict_value.truthy(tx)
+
+    def contains(self, tx, item):
+        if self.view == "keys":
+            return self.dict_value.contains(tx, item)
+        from .pyops import sequence_contains
+        return sequence_contains(tx, self.iterate(tx), item)
+
+    def reconstruct(self, cg):
+        return f"{cg.expr(self.dict_value)}.{self.view}()"
