@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dis
 import linecache
-import operator
 import types
 import weakref
 from collections.abc import Callable
@@ -20,9 +19,9 @@ from bytecode import Bytecode, Instr, Label
 from ..errors import SourceLocation, Unsupported
 from . import compat
 from .sources import ClosureCellSource, LocalSource
-from .values.base import NONE, ConstantValue, Value, const
+from .values.base import NONE, Value, const
 from .values.builder import wrap, wrap_sourceless
-from .values.containers import ListValue, SequenceValue, TupleValue
+from .values.containers import TupleValue
 from .values.exceptions import PythonRaise
 from .values.functions import unwrap_torch_disabled
 from .values.tensor import TensorValue, graph_call
@@ -318,37 +317,15 @@ class Translator:
             try:
                 return wrap_sourceless(self, fn(*consts))
             except Exception as e:
+                # 1 / 0, "a" + 1: a graph break there, so that Python raises it
                 raise Unsupported(f"{_op_symbol(fn)} on {', '.join(map(repr, consts))} raises "
                                   f"{type(e).__name__}: {e}") from e
-        return sequence_operator(self, fn, args)
+        names = " and ".join(a.describe() for a in args)
+        raise Unsupported(f"operator {_op_symbol(fn)} on {names}")
 
 
 def _op_symbol(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
-
-
-def sequence_operator(tx, fn, args: list[Value]) -> Value:
-    """``+``, ``*`` and comparisons on tuples and lists holding symbolic values."""
-    if len(args) == 2:
-        a, b = args
-        if fn in (operator.add, operator.iadd) and isinstance(a, SequenceValue) and isinstance(b, SequenceValue) \
-                and isinstance(a, ListValue) == isinstance(b, ListValue):  # [x] + (y,) is a TypeError
-            if isinstance(a, ListValue) and fn is operator.iadd:
-                a._check_mutable("+=")
-                a.items.extend(b.items)
-                return a
-            return type(a)(a.items + b.items) if not isinstance(a, TupleValue) else TupleValue(a.items + b.items)
-        if fn in (operator.add, operator.iadd) and isinstance(a, ConstantValue) and isinstance(b, SequenceValue) \
-                and isinstance(a.value, tuple):
-            return TupleValue([const(x) for x in a.value] + b.items)
-        if fn in (operator.add, operator.iadd) and isinstance(b, ConstantValue) and isinstance(a, SequenceValue) \
-                and isinstance(b.value, (tuple, list)):
-            return type(a)(a.items + [const(x) for x in b.value]) if not isinstance(a, TupleValue) else TupleValue(a.items + [const(x) for x in b.value])
-        if fn is operator.mul and isinstance(a, SequenceValue) and b.is_constant():
-            items = a.items * b.as_constant()
-            return TupleValue(items) if isinstance(a, TupleValue) else ListValue(items)
-    names = " and ".join(a.describe() for a in args)
-    raise Unsupported(f"operator {_op_symbol(fn)} on {names}")
 
 
 def bind_arguments(caller: Translator, child: Translator, code, args, kwargs, defaults, kwdefaults):

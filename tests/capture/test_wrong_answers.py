@@ -396,3 +396,97 @@ def test_dict_view_of_an_outside_dict_sees_the_frame_writes():
     d1, d2 = {"a": 1}, {"a": 1}
     assert framejit.compile(f)(torch.ones(1), d1) == f(torch.ones(1), d2)
     assert d1.keys() == d2.keys()
+
+
+# -- 8. tensor queries give what the real tensor gives, never the meta example's answer ---------
+
+@pytest.mark.parametrize("query", [
+    lambda a: a.half().type(),
+    lambda a: (a + 1).type(),
+    lambda a: a.type(torch.ones(1, dtype=torch.float64).type()),
+    lambda a: a.type(torch.float64),
+    lambda a: a.type(torch.DoubleTensor),
+    lambda a: a.type("torch.IntTensor") + 1,
+    lambda a: (a + 1).is_cuda, lambda a: (a + 1).is_meta, lambda a: (a + 1).is_cpu,
+    lambda a: (a + 1).device,
+    lambda a: a.is_pinned(), lambda a: a.is_shared(), lambda a: (a + 1).is_inference(),
+    lambda a: a.data_ptr() == a.data_ptr(),
+    lambda a: a.untyped_storage().nbytes(),
+    lambda a: repr(a + 1), lambda a: str(a * 2), lambda a: f"{(a + 1).sum():.2f}",
+    lambda a: format(a + 1),
+])
+def test_tensor_query_answers_for_the_real_tensor(query):
+    a = torch.arange(3.0)
+    assert repr(framejit.compile(query)(a)) == repr(query(torch.arange(3.0)))
+
+
+def test_tensor_queries_on_shared_and_inference_tensors():
+    def f(a):
+        return a.is_shared(), a.is_inference()
+
+    compiled = framejit.compile(f)
+    a = torch.ones(3)
+    assert compiled(a) == (False, False)
+    a.share_memory_()
+    assert compiled(a) == f(a) == (True, False)
+    with torch.inference_mode():
+        b = torch.ones(3)
+    assert compiled(b) == f(b)
+
+
+def test_torch_python_helper_asking_about_devices_is_run_on_the_real_tensors(stats):
+    from torch.nn.modules.activation import _check_arg_device
+
+    def f(x):
+        return x + 1 if _check_arg_device(x) else x - 1
+
+    x = torch.zeros(2)
+    torch.testing.assert_close(framejit.compile(f)(x), f(x))
+    assert stats.eager_frames == 0
+
+
+# -- 10. internal errors that used to fall back silently ---------------------------------------
+
+@pytest.mark.parametrize("body", ["index", "loop", "chunk", "no_grad"])
+def test_in_place_on_a_view_of_unbind(body, stats):
+    def f(x):
+        if body == "index":
+            a = x.unbind(0)[0]
+            a[1:].mul_(2)
+        elif body == "loop":
+            for t in x.unbind(0):
+                t.view(3)[0] = 1
+        elif body == "chunk":
+            a, b = x.chunk(2)
+            b[0].add_(1)
+        else:
+            with torch.no_grad():
+                a, b = x.unbind(0)
+                a.add_(1)
+        return x * 1
+
+    a, b = torch.ones(2, 3), torch.ones(2, 3)
+    torch.testing.assert_close(framejit.compile(f)(a), f(b))
+    torch.testing.assert_close(a, b)
+    assert stats.eager_frames == 0
+
+
+@pytest.mark.parametrize("expr", ["[x] * 2.0", "(x,) * 'a'", "[x] + (x,)", "(x,) + [x]"])
+def test_sequence_operator_errors_raise_as_in_python(expr, stats):
+    namespace: dict = {}
+    exec(f"def f(x):\n    return {expr}\n", namespace)
+    f = namespace["f"]
+    with pytest.raises(TypeError) as eager:
+        f(torch.ones(1))
+    with pytest.raises(TypeError) as compiled:
+        framejit.compile(f)(torch.ones(1))
+    assert str(compiled.value) == str(eager.value)
+    assert not any("internal error" in r[1] for r in stats.fallback_reasons)
+
+
+@pytest.mark.parametrize("expr", ["[x] * 2 + [x]", "2 * (x, 1)", "(1,) + (x,)", "[x] + [1]"])
+def test_sequence_operators(expr):
+    namespace: dict = {}
+    exec(f"def f(x):\n    lst = [x]\n    lst += (x + 1,)\n    lst *= 2\n    return {expr}, lst\n", namespace)
+    f = namespace["f"]
+    assert repr(framejit.compile(f)(torch.ones(1))) == repr(f(torch.ones(1)))

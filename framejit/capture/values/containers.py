@@ -7,6 +7,8 @@ the foundation does not replay yet, so it is reported as unsupported.
 
 from __future__ import annotations
 
+import operator
+
 from ...errors import Unsupported
 from .base import ConstantValue, Value, const
 
@@ -114,6 +116,50 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
         return _all_constant(self.items)
 
 
+    # -- operators: ``+``, ``*`` and their in-place forms (comparisons go through ``equals``) ----
+    def binary_op(self, tx, fn, other, reflected):
+        if fn in (operator.mul, operator.imul):
+            return self._repeat(tx, fn, other, reflected)
+        if fn in (operator.add, operator.iadd):
+            return self._concat(tx, fn, other, reflected)
+        return None
+
+    def _new(self, items):
+        return ListValue(items) if isinstance(self, ListValue) else TupleValue(items)
+
+    def _repeat(self, tx, fn, other, reflected):
+        if not other.is_constant():
+            return None
+        n = other.as_constant()
+        if not hasattr(type(n), "__index__"):
+            raise Unsupported(f"a sequence times {n!r} (TypeError: can't multiply sequence by "
+                              f"non-int of type '{type(n).__name__}')")
+        if fn is operator.imul and not reflected and isinstance(self, ListValue):
+            self._check_mutable("*=", tx)
+            self.items[:] = self.items * n.__index__()
+            return self
+        return self._new(self.items * n.__index__())
+
+    def _concat(self, tx, fn, other, reflected):
+        mine = issubclass(self.python_type(), tuple)
+        if fn is operator.iadd and not reflected and isinstance(self, ListValue):
+            # lst += iterable extends the list in place, whatever the iterable
+            self._check_mutable("+=", tx)
+            self.items.extend(other.iterate(tx))
+            return self
+        if isinstance(other, SequenceValue):
+            theirs, other_items = issubclass(other.python_type(), tuple), other.items
+        elif isinstance(other, ConstantValue) and type(other.value) in (tuple, list):
+            theirs, other_items = isinstance(other.value, tuple), [const(x) for x in other.value]
+        else:
+            return None
+        if mine != theirs:
+            a, b = (other, self) if reflected else (self, other)
+            raise Unsupported(f"{_kind_name(a)} + {_kind_name(b)} (TypeError: can only concatenate "
+                              f"{_kind_name(a)} (not \"{_kind_name(b)}\") to {_kind_name(a)})")
+        items = other_items + self.items if reflected else self.items + other_items
+        return TupleValue(items) if mine else ListValue(items)
+
     def hasattr(self, tx, name):
         # No instance attributes: everything comes from the class (named fields included).
         return name in (getattr(self, "_names", None) or ()) or hasattr(self.python_type(), name)
@@ -150,6 +196,10 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
         if isinstance(k, slice):
             return type(self)(item) if not isinstance(self, TupleValue) else TupleValue(item)
         return item
+
+
+def _kind_name(v: Value) -> str:
+    return "tuple" if issubclass(v.python_type(), tuple) else "list"
 
 
 class TupleValue(SequenceValue):

@@ -13,7 +13,7 @@ from ...errors import Unsupported
 from .base import CellValue, Value, const
 from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
-from .tensor import TensorValue, graph_call
+from .tensor import ExampleOnlyAnswer, TensorValue, graph_call
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
 _IMMUTABLE = (str, int, float, bool, complex, bytes, tuple, frozenset, range, slice, torch.Size,
@@ -402,7 +402,14 @@ class TorchFunctionValue(Value):
                               "create modules in __init__, outside the compiled function")
         all_args = list(args) + list(kwargs.values())
         if _has_tensor(all_args) or getattr(fn, "__name__", "") in _FACTORY_NAMES:
-            return graph_call(tx, "call_function", fn, list(args), dict(kwargs))
+            try:
+                return graph_call(tx, "call_function", fn, list(args), dict(kwargs))
+            except ExampleOnlyAnswer:
+                if not inspect.isfunction(fn):
+                    raise
+                # A Python helper of torch answering a question about its tensors
+                # (``_check_arg_device``): run its code on the tensor values instead.
+                return tx.inline_function(fn, list(args), dict(kwargs))
         if inspect.isfunction(fn) and _foldable_module(fn) and all(v.is_constant() for v in all_args):
             # A pure Python helper of torch (mask canonicalisation, argument checks): fold it.
             a, k = _constants(args, kwargs)

@@ -182,8 +182,8 @@ class TensorMethodValue(Value):
         if name == "get_device":
             d = self.tensor.device
             return const(d.index if d.type != "cpu" else -1)
-        if name == "type" and not args and not kwargs:
-            return const(self.tensor.example.type().replace("torch.", "torch." + _type_prefix(self.tensor.device)))
+        if name == "type":
+            return _tensor_type(tx, self.tensor, args, kwargs)
         if name in _DATA_METHODS:
             raise Unsupported(_DATA_METHODS[name].replace("x.", self.tensor._short() + "."), _DATA_HINT)
         if name in _SCALED_METHODS and _scaled_by_a_tensor(name, args, kwargs):
@@ -221,8 +221,49 @@ def _scaled_by_a_tensor_call(tx, x: TensorValue, name: str, args, kwargs) -> Val
     return graph_call(tx, "call_method", base + "_" if name.endswith("_") else base, [x, term], {})
 
 
-def _type_prefix(device: torch.device) -> str:
-    return "cuda." if device.type == "cuda" else ""
+def type_string(dtype: torch.dtype, device: torch.device) -> str:
+    """What ``x.type()`` says for a strided tensor of ``dtype`` on ``device`` (the real one, never
+    the example's meta device): ``torch.HalfTensor``, ``torch.cuda.HalfTensor``."""
+    name = torch.empty(0, dtype=dtype).type()  # torch.HalfTensor: a CPU tensor names no device
+    if device.type == "cpu":
+        return name
+    return name.replace("torch.", f"torch.{device.type}.", 1)
+
+
+def _tensor_type(tx, t: TensorValue, args, kwargs) -> Value:
+    """``x.type()`` (the type string of the real tensor) and ``x.type(T)`` with ``T`` a dtype,
+    a type string or a tensor class: the same conversion as ``x.to(device, dtype)``."""
+    if t.example.layout != torch.strided:
+        raise Unsupported(f"{t._short()}.type() of a {t.example.layout} tensor")
+    if not args and not kwargs:
+        return const(type_string(t.example.dtype, t.device))
+    if len(args) != 1 or set(kwargs) - {"non_blocking"}:
+        raise Unsupported(f"{t._short()}.type() with these arguments")
+    target = args[0].as_constant()
+    if isinstance(target, torch.dtype):
+        return graph_call(tx, "call_method", "to", [t, const(target)], kwargs)
+    if isinstance(target, type):
+        target = getattr(target, "__module__", "") + "." + target.__name__
+    if not isinstance(target, str):
+        raise Unsupported(f"{t._short()}.type({target!r}) (TypeError)")
+    found = _TYPE_NAMES.get(target)
+    if found is None:
+        raise Unsupported(f"{t._short()}.type({target!r}): not a tensor type name (ValueError)")
+    device, dtype = found
+    if device == "cpu" or t.device.type != device:
+        device = torch.device(device)
+    else:
+        device = t.device  # torch.cuda.X keeps the tensor's own CUDA device
+    return graph_call(tx, "call_method", "to", [t], {"device": const(device), "dtype": const(dtype), **kwargs})
+
+
+#: Tensor type names (``torch.DoubleTensor``, ``torch.cuda.HalfTensor``) -> (device type, dtype).
+_TYPE_NAMES = {
+    type_string(dt, torch.device(dev)): (dev, dt)
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8,
+               torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)
+    for dev in ("cpu", "cuda")
+}
 
 
 # -- recording operations --------------------------------------------------------------------------
@@ -478,10 +519,34 @@ def wrap_op_result(tx, node, result, device) -> Value:
         if isinstance(result, list):
             return ListValue(items)
         return TupleValue(items, names=tuple(fields) if fields else None)
-    if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.Size)):
+    if result is None or isinstance(result, (torch.dtype, torch.Size)) \
+            or (isinstance(result, (bool, int, float)) and _name_of(node.target) in _METADATA_QUERIES):
         # An op run for its effect (in-place) or a metadata query; the node stays if impure.
         return const(result)
+    if isinstance(result, (bool, int, float)):
+        # The example knows shapes and dtypes, not memory or values: is_pinned(), is_shared(),
+        # is_inference() would answer for the meta example, not the real tensor.
+        tx.output.graph.erase_node(node)
+        raise ExampleOnlyAnswer(f"{_readable(node.op, node.target)}, which depends on the real "
+                                "tensor's memory or values", _DATA_HINT)
     raise Unsupported(f"{_readable(node.op, node.target)} returned a {type(result).__name__}, which framejit cannot track")
+
+
+class ExampleOnlyAnswer(Unsupported):
+    """A call on tensors returned a Python number that only the real tensors would give (their
+    memory, device or values): a Python helper of torch is inlined instead, anything else breaks."""
+
+
+#: Calls that return a Python number or bool that depends only on shapes, strides and dtypes,
+#: which the example has (by function or method name).
+_METADATA_QUERIES = frozenset(_META_METHODS | {
+    "is_same_size", "is_conj", "is_neg", "can_cast", "is_nonzero_size", "sym_size", "sym_stride",
+    "sym_numel", "get_device", "is_tensor",
+})
+
+
+def _name_of(target) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def _is_factory(target) -> bool:
