@@ -25,7 +25,6 @@ from models import GPTConfig, TinyGPT  # noqa: E402
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
-from framejit.capture import convert_frame as cf  # noqa: E402
 
 
 def _transformers_cases():
@@ -116,8 +115,8 @@ def main():
             model.eval()
         with torch.no_grad() if not training else _null():
             f_first = first_call_ms(model, args, kwargs, fj)
-            s = cf.stats
-            graphs, breaks, eager_frames = s.graphs, s.graph_breaks, s.eager_frames
+            s = framejit.stats()
+            graphs, breaks, eager_frames = s["graphs"], s["graph_breaks"], s["fallbacks"]
             t_first = first_call_ms(model, args, kwargs, tc)
             explanation = torch._dynamo.explain(copy.deepcopy(model) if not training else model)(*args, **kwargs)
             tc_graphs = explanation.graph_count
@@ -125,7 +124,7 @@ def main():
             torch._dynamo.reset()
             e = per_call_ms(model, args, kwargs, number)
             f = per_call_ms(fj(model), args, kwargs, number)
-            recompiles = cf.stats.recompiles
+            recompiles = framejit.stats()["recompiles"]
             t = per_call_ms(tc(model), args, kwargs, number)
         print(f"{name:<24}{graphs:>7}{breaks:>7}{eager_frames:>9}{recompiles:>8}{tc_graphs:>10}{f_first:>15.1f}"
               f"{t_first:>9.1f}{t_first / f_first:>7.1f}{f / e:>10.2f}{t / e:>10.2f}")

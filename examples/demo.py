@@ -22,7 +22,6 @@ import torch  # noqa: E402
 from models import GPTConfig, TinyGPT  # noqa: E402
 
 import framejit  # noqa: E402
-from framejit.capture import convert_frame as cf  # noqa: E402
 
 
 def banner(title: str) -> None:
@@ -51,9 +50,9 @@ def main() -> None:
     info = entries[0][3]
 
     banner("What was captured")
-    s = cf.stats
-    print(f"TinyGPT ({cfg.n_layer} blocks, n_embd={cfg.n_embd}): {s.graphs} graph, {s.ops} operations, "
-          f"{s.graph_breaks} graph breaks, {s.eager_frames} fallbacks, first call {first * 1e3:.1f} ms "
+    s = framejit.stats()
+    print(f"TinyGPT ({cfg.n_layer} blocks, n_embd={cfg.n_embd}): {s['graphs']} graph, {s['ops']} operations, "
+          f"{s['graph_breaks']} graph breaks, {s['fallbacks']} fallbacks, first call {first * 1e3:.1f} ms "
           f"(capture included)")
     print(f"same result as eager: {torch.allclose(out, expected, atol=1e-5)} "
           f"(max abs difference {(out - expected).abs().max().item():.2e})")
@@ -83,7 +82,7 @@ def main() -> None:
     compiled(torch.randint(0, cfg.vocab_size, (2, 16)))   # the first shape again: cache hit
     rlog.removeHandler(handler)
     print(f"  cache entries now: {len(framejit._C.get_cache_entries(type(model).forward.__code__))}; "
-          f"captures so far: {cf.stats.captured}")
+          f"recompiles so far: {framejit.stats()['recompiles']}")
 
     banner("A graph break, and why")
 

@@ -128,3 +128,29 @@ def disable(fn=None):
 def reset() -> None:
     """Forget every compiled version of every function (they recompile on their next call)."""
     cf.reset()
+
+
+def stats() -> dict:
+    """What framejit did since the last :func:`reset`, as a dict of counters::
+
+        framejit.reset()
+        f(x)
+        framejit.stats()
+        # {'frames': 1, 'graphs': 1, 'graph_breaks': 0, 'fallbacks': 0, 'recompiles': 0,
+        #  'ops': 3, 'capture_seconds': 0.004}
+
+    ``frames``: frames offered to capture; ``graphs``: graphs compiled; ``graph_breaks``: frames
+    split where something could not be captured; ``fallbacks``: frames that ran as plain Python;
+    ``recompiles``: captures after a cached version's guards failed; ``ops``: operations in the
+    graphs; ``capture_seconds``: time spent capturing and compiling.
+    """
+    s = cf.stats
+    return {
+        "frames": s.frames,
+        "graphs": s.graphs,
+        "graph_breaks": s.graph_breaks,
+        "fallbacks": s.eager_frames,
+        "recompiles": s.recompiles,
+        "ops": s.ops,
+        "capture_seconds": s.capture_seconds,
+    }

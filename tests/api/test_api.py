@@ -335,3 +335,26 @@ def test_reset_clears_caches_and_statistics(stats):
     assert stats.captured == 0 and stats.frames == 0 and stats.fallback_reasons == []
     f(*args)
     assert stats.captured == 1
+
+
+def test_stats_counts_since_reset():
+    def f(x):
+        y = x + 1
+        print("break")
+        return y * 2
+
+    framejit.reset()
+    assert framejit.stats() == {"frames": 0, "graphs": 0, "graph_breaks": 0, "fallbacks": 0,
+                                "recompiles": 0, "ops": 0, "capture_seconds": 0.0}
+    compiled = framejit.compile(f)
+    compiled(torch.ones(2))
+    compiled(torch.ones(3))  # new shape: both frames recompile
+    s = framejit.stats()
+    assert set(s) == {"frames", "graphs", "graph_breaks", "fallbacks", "recompiles", "ops",
+                      "capture_seconds"}
+    assert all(type(v) is int for k, v in s.items() if k != "capture_seconds")
+    assert s["graph_breaks"] == 2 and s["recompiles"] == 2 and s["fallbacks"] == 0
+    assert s["graphs"] == 4 and s["ops"] == 4 and s["frames"] == 4
+    assert s["capture_seconds"] > 0
+    framejit.reset()
+    assert framejit.stats()["graphs"] == 0
