@@ -383,6 +383,7 @@ def _split_frame(ctx, code, func, tx, label):
     on_stack = {id(v) for v in tx.stack if isinstance(v, IteratorValue)}
     if any(id(tx.locals[n]) in on_stack for n in local_names):
         raise Unsupported("a graph break while a loop's iterator is also held in a variable")
+    _check_loops_hand_over(tx)
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
     exit_slots = tuple(k for k, v in enumerate(tx.stack)
@@ -405,6 +406,58 @@ def _split_frame(ctx, code, func, tx, label):
     new_code = break_code(code, entry, local_names, markers, plan, resumes, live,
                           base=origin(code, 0)[0], exit_slots=exit_slots)
     return entry, entry_src, gm, compiled, new_code
+
+
+def _check_loops_hand_over(tx) -> None:
+    """A loop over a list or dict crosses the break as a list of the items it has left. That is
+    only right if nothing can change the list later: refuse when the list is also reachable from
+    outside the frame or from a variable (``for t in lst: print(t); lst.pop()``)."""
+    from .values.iterators import live_containers
+
+    iterators = [v for v in tx.stack if isinstance(v, IteratorValue)]
+    watched = {id(c): c for it in iterators for c in live_containers(it)}
+    if not watched:
+        return
+    # (a resume function's own stack parameters are dead once its prefix has pushed them)
+    roots = [v for n, v in tx.locals.items() if not is_internal_name(n)]
+    roots += [v for v in tx.stack if not isinstance(v, IteratorValue)]
+    reachable = _reachable(roots)
+    for c in watched.values():
+        # The list of items a loop carried over an earlier break is the resume function's own.
+        handed_over = is_internal_name(getattr(c.source, "local", ""))
+        if (c.source is not None and not handed_over) or getattr(c, "borrowed", False) \
+                or id(c) in reachable:
+            raise Unsupported(f"a graph break inside a loop over {c.describe()}, which the rest of "
+                              "the loop could change",
+                              "move the unsupported line out of the loop, or loop over a copy "
+                              "(`for t in list(lst):`)")
+
+
+def _reachable(roots) -> set:
+    """ids of the values created in the frame that ``roots`` hold, directly or inside containers
+    and objects created in the frame."""
+    from .values.containers import DictValue, SequenceValue
+    from .values.instances import ObjectValue
+    from .values.iterators import DictView
+
+    seen: set = set()
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.source is not None:
+            continue  # from outside: its contents were not built here
+        if isinstance(v, SequenceValue):
+            todo.extend(v.items)
+        elif isinstance(v, DictValue):
+            todo.extend(v.items.values())
+        elif isinstance(v, ObjectValue):
+            todo.extend(v.attrs.values())
+        elif isinstance(v, DictView):
+            todo.append(v.dict_value)
+    return seen
 
 
 def reset() -> None:

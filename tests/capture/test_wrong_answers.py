@@ -490,3 +490,32 @@ def test_sequence_operators(expr):
     exec(f"def f(x):\n    lst = [x]\n    lst += (x + 1,)\n    lst *= 2\n    return {expr}, lst\n", namespace)
     f = namespace["f"]
     assert repr(framejit.compile(f)(torch.ones(1))) == repr(f(torch.ones(1)))
+
+
+def _print_and_pop(x, lst):
+    for t in lst:
+        print("item")
+        x = x + t
+        lst.pop()
+    return x
+
+
+def _print_in_loop_over_temporary(x, n):
+    for t in [x, x * 2, x * 3][:n]:
+        print("item")
+        x = x + t
+    return x
+
+
+def test_graph_break_in_a_loop_over_a_list_the_loop_changes(stats, capsys):
+    a, b = _tensors(4), _tensors(4)
+    got = framejit.compile(_print_and_pop)(torch.zeros(1), a)
+    torch.testing.assert_close(got, _print_and_pop(torch.zeros(1), b))
+    assert len(a) == len(b) == 2
+    assert "could change" in stats.fallback_reasons[0][1]
+
+
+def test_graph_break_in_a_loop_over_a_list_nobody_else_holds(stats, capsys):
+    got = framejit.compile(_print_in_loop_over_temporary)(torch.ones(1), 3)
+    torch.testing.assert_close(got, _print_in_loop_over_temporary(torch.ones(1), 3))
+    assert stats.graph_breaks >= 1 and stats.eager_frames == 0

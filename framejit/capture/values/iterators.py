@@ -452,3 +452,23 @@ class DictView(Value):
 
     def reconstruct(self, cg):
         return f"{cg.expr(self.dict_value)}.{self.view}()"
+
+
+def live_containers(it: Value) -> list[Value]:
+    """The lists and dicts an iterator reads live (directly, or through the iterators it
+    combines): what must not change behind its back when a graph break hands it over."""
+    out: list[Value] = []
+    todo = [it]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, ListIterator):
+            out.append(v.seq)
+        elif isinstance(v, DictIterator):
+            out.append(v.dict_value)
+        for name in ("source", "sources", "current"):
+            inner = getattr(v, name, None) if isinstance(v, LazyIteratorValue) else None
+            if isinstance(inner, IteratorValue):
+                todo.append(inner)
+            elif isinstance(inner, list):
+                todo.extend(x for x in inner if isinstance(x, IteratorValue))
+    return out
