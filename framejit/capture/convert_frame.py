@@ -425,7 +425,7 @@ def _check_loops_hand_over(tx) -> None:
     for c in watched.values():
         # The list of items a loop carried over an earlier break is the resume function's own.
         handed_over = is_internal_name(getattr(c.source, "local", ""))
-        if (c.source is not None and not handed_over) or getattr(c, "borrowed", False) \
+        if (c.source is not None and not handed_over) or c.borrowed \
                 or id(c) in reachable:
             raise Unsupported(f"a graph break inside a loop over {c.describe()}, which the rest of "
                               "the loop could change",

@@ -25,9 +25,9 @@ from ..values.contexts import require_normal_exit
 @handler("BEFORE_WITH")
 def before_with(tx, inst):
     ctx = tx.pop()
-    enter = getattr(ctx, "enter", None)
-    if enter is not None:
-        exit_, value = enter(tx)
+    entered = ctx.enter(tx)
+    if entered is not None:
+        exit_, value = entered
     else:
         methods = _python_methods(ctx)
         if methods is None:

@@ -148,13 +148,7 @@ def store_attr(tx, inst):
 
 @handler("DELETE_ATTR")
 def delete_attr(tx, inst):
-    obj = tx.pop()
-    deleter = getattr(obj, "delattr", None)
-    if deleter is None:
-        raise Unsupported(f"deleting the attribute .{inst.arg} of {obj.describe()}",
-                          "attribute deletions are captured on objects created in the compiled "
-                          "function; delete it outside")
-    deleter(tx, inst.arg)
+    tx.pop().delattr(tx, inst.arg)
 
 
 @handler("MAKE_CELL")

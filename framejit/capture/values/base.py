@@ -18,10 +18,25 @@ if TYPE_CHECKING:
     from ..interpreter import Translator
 
 
+#: What :meth:`Value.pin` returns for a value whose object identity cannot be fixed by a guard.
+UNPINNED = object()
+
+
 class Value:
-    """A value during capture. ``source`` is set when it came from outside the frame."""
+    """A value during capture. ``source`` is set when it came from outside the frame.
+
+    The protocol below is complete: every method has a default that says "this kind does not do
+    that" (raising :class:`Unsupported`, or returning None where the caller decides), and a kind
+    overrides what it supports. Callers never probe with ``getattr``."""
 
     __slots__ = ("source",)
+
+    #: Created during this capture: never an input, never identical to another value.
+    fresh = False
+    #: Read without a path (a default argument, a library's object): read, never written back.
+    borrowed = False
+    #: The user class of an instance (objects made in the frame or passed in), else None.
+    user_class: type | None = None
 
     def __init__(self, source=None):
         self.source = source
@@ -93,6 +108,36 @@ class Value:
         rules (tensors become graph nodes, constants fold)."""
         return None
 
+    def hasattr(self, tx: Translator, name: str) -> bool:
+        """``hasattr(self, name)`` when it is known without reading the attribute; raising
+        Unsupported makes ``hasattr`` read it instead (and catch AttributeError)."""
+        raise Unsupported(f"hasattr() on {self.describe()}")
+
+    def delattr(self, tx: Translator, name: str) -> None:
+        raise Unsupported(f"deleting the attribute .{name} of {self.describe()}",
+                          "attribute deletions are captured on objects created in the compiled "
+                          "function; delete it outside")
+
+    def equals(self, tx: Translator, other: Value) -> bool | None:
+        """``self == other`` decided structurally (containers), or None: not decided here."""
+        return None
+
+    def pinned_object(self):
+        """The one real object this value is under its guards (a module, a class, a
+        function), or None when another call may bring another object."""
+        return None
+
+    def pin(self, tx: Translator):
+        """Guard the identity of the object behind this value and return it (for an ``is``
+        that depends on it), or :data:`UNPINNED` when that cannot be guarded."""
+        return UNPINNED
+
+    def enter(self, tx: Translator):
+        """``with self:`` for context managers framejit models itself (grad mode, autocast):
+        ``(exit value, value bound by as)``; None for the others (their Python ``__enter__``
+        and ``__exit__`` are inlined)."""
+        return None
+
     def reconstruct(self, cg) -> str:
         """A Python expression that produces this value in the generated entry function."""
         if self.source is not None:
@@ -134,6 +179,9 @@ class ConstantValue(Value):
 
     def as_constant(self):
         return self.value
+
+    def hasattr(self, tx, name):
+        return hasattr(self.value, name)
 
     def truthy(self, tx):
         return bool(self.value)

@@ -20,7 +20,7 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, ConstantValue, Value, const
+from .base import NONE, UNPINNED, ConstantValue, Value, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
 from .exceptions import PythonRaise, is_exception_class, make_exception, raise_python
 from .iterators import (
@@ -218,10 +218,11 @@ def _bi_id(tx, args, kwargs):
     if isinstance(v, ConstantValue):
         obj = v.value if isinstance(v.value, _CANONICAL) or v.value in (None, True, False) else None
     else:
-        probe = getattr(v, "pinned_object", None)
-        obj = probe() if probe is not None else None
-        if obj is None and hasattr(v, "pin") and v.source is not None:
+        obj = v.pinned_object()
+        if obj is None and v.source is not None:
             obj = v.pin(tx)
+            if obj is UNPINNED:
+                obj = None
     if obj is None:
         raise Unsupported(f"id() of {v.describe()}",
                           "object identities differ between the capture and each run of the "
@@ -282,14 +283,7 @@ def _read_or_missing(tx, v: Value, name: str, found, missing):
 
 
 def has_attr(tx, v: Value, name: str) -> bool:
-    probe = getattr(v, "hasattr", None)
-    if probe is not None:
-        return probe(tx, name)
-    if isinstance(v, ConstantValue):
-        return hasattr(v.value, name)
-    if isinstance(v, TensorValue):
-        return hasattr(v.example, name)
-    raise Unsupported(f"hasattr() on {v.describe()}")
+    return v.hasattr(tx, name)
 
 
 @handles(hasattr)

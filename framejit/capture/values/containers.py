@@ -559,8 +559,8 @@ class BoundMethod(Value):
 
     def call(self, tx, args, kwargs):
         obj, name = self.obj, self.name
-        if name in _MUTATING and (obj.source is not None or getattr(obj, "borrowed", False)):
-            if getattr(obj, "borrowed", False) or not isinstance(obj, (ListValue, DictValue)):
+        if name in _MUTATING and (obj.source is not None or obj.borrowed):
+            if obj.borrowed or not isinstance(obj, (ListValue, DictValue)):
                 raise Unsupported(
                     f"calling .{name}() on {obj.describe()}, which comes from outside the compiled "
                     "function and cannot be written back (a default argument, or a library's object)",

@@ -45,8 +45,7 @@ def _identity_member(tx, v: Value, what: str):
                               "sets are captured when they hold constants, modules and input tensors")
         tx.output.note_identity_key(v, real)
         return real
-    probe = getattr(v, "pinned_object", None)
-    obj = probe() if probe is not None else None
+    obj = v.pinned_object()
     if obj is None or v.is_constant() or type(obj).__hash__ is not object.__hash__ \
             or type(obj).__eq__ is not object.__eq__:
         return _hashable_constant(v, what)

@@ -17,7 +17,7 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import ConstantValue, Value, const
+from .base import UNPINNED, ConstantValue, Value, const
 from .tensor import TensorValue
 
 #: Types whose equal values are one object, so ``is`` between two of them is ``==``.
@@ -39,15 +39,14 @@ def _python_type(v: Value):
 
 def _is_fresh(v: Value) -> bool:
     """A mutable object created during this capture (never an input, never another value)."""
-    return getattr(v, "fresh", False) and v.source is None
+    return v.fresh and v.source is None
 
 
 def _pinned(v: Value):
     """The real object ``v`` always is under its guards, or ``_UNKNOWN``."""
     if isinstance(v, ConstantValue):
         return v.value
-    probe = getattr(v, "pinned_object", None)  # returns None when not pinned
-    obj = probe() if probe is not None else None
+    obj = v.pinned_object()
     return _UNKNOWN if obj is None else obj
 
 
@@ -91,8 +90,8 @@ def identity(a: Value, b: Value, tx=None) -> bool | None:
 
 
 def _pin(tx, v: Value):
-    pin = getattr(v, "pin", None)
-    return pin(tx) if pin is not None else _UNKNOWN
+    obj = v.pin(tx)
+    return _UNKNOWN if obj is UNPINNED else obj
 
 
 def is_same(a: Value, b: Value, tx=None) -> bool:
@@ -128,14 +127,8 @@ def equals(tx, a: Value, b: Value) -> bool:
     if _uses_identity_eq(ta) and (_uses_identity_eq(tb) or (tb is not None and tb in _PLAIN_EQ_TYPES)) \
             or _uses_identity_eq(tb) and ta is not None and ta in _PLAIN_EQ_TYPES:
         return is_same(a, b)
-    structural = getattr(a, "equals", None)
-    if structural is not None:
-        result = structural(tx, b)
-        if result is not None:
-            return result
-    structural = getattr(b, "equals", None)
-    if structural is not None:
-        result = structural(tx, a)
+    for x, y in ((a, b), (b, a)):
+        result = x.equals(tx, y)
         if result is not None:
             return result
     raise Unsupported(f"comparing {a.describe()} and {b.describe()} with ==")
@@ -149,7 +142,7 @@ def _user_eq(tx, a, b) -> bool | None:
     if ta is not None and tb is not None and tb is not ta and issubclass(tb, ta):
         order = ((b, a), (a, b))
     for x, y in order:
-        cls = getattr(x, "user_class", None)
+        cls = x.user_class
         if cls is None:
             continue
         method = inspect.getattr_static(cls, "__eq__", None)

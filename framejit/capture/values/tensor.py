@@ -79,6 +79,9 @@ class TensorValue(Value):
     def python_type(self):
         return self.node.meta.get("type", torch.Tensor)
 
+    def hasattr(self, tx, name):
+        return hasattr(self.example, name)
+
     def getattr(self, tx, name):
         if name in _META_ATTRS:
             return const(getattr(self.example, name))
