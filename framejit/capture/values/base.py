@@ -138,11 +138,38 @@ class Value:
         and ``__exit__`` are inlined)."""
         return None
 
+    def call_method(self, tx: Translator, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """``self.name(*args, **kwargs)`` for a method this kind implements itself (its method
+        table); what :class:`BoundMethod` calls."""
+        raise Unsupported(f"calling {self.describe()}.{name}()")
+
     def reconstruct(self, cg) -> str:
         """A Python expression that produces this value in the generated entry function."""
         if self.source is not None:
             return cg.source_expr(self.source)
         raise Unsupported(f"returning {self.describe()} from the compiled function")
+
+
+class BoundMethod(Value):
+    """``obj.name`` before it is called, for a method that ``obj``'s kind implements in its
+    method table (``lst.append``, ``d.items``, ``gen.send``, ``s.add``): calling it is
+    ``obj.call_method(tx, name, ...)``. One class for every kind."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Value, name: str):
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+
+    def describe(self):
+        return f"{self.obj.describe()}.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, cg):
+        return f"{cg.expr(self.obj)}.{self.name}"
 
 
 class NullValue(Value):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 
 from ...errors import Unsupported
-from .base import ConstantValue, Value, const
+from .base import BoundMethod, ConstantValue, Value, const
 
 
 def _all_constant(values) -> bool:
@@ -198,6 +198,37 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
         return item
 
 
+def _seq_index_or_count(name):
+    def method(tx, seq, args, kwargs):
+        from .pyops import equals, identity
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"{seq.describe()}.{name}() with these arguments")
+        matches = [i for i, v in enumerate(seq.items) if identity(v, args[0]) or equals(tx, v, args[0])]
+        if name == "count":
+            return const(len(matches))
+        if not matches:
+            raise Unsupported(f"{seq.describe()}.index(x) with x not in the sequence (ValueError)")
+        return const(matches[0])
+    return method
+
+
+def _tuple_asdict(tx, tup, args, kwargs):
+    return DictValue(dict(zip(tup._names or tup.cls._fields, tup.items)))
+
+
+def _tuple_replace(tx, tup, args, kwargs):
+    names = list(tup._names or tup.cls._fields)
+    if args or set(kwargs) - set(names):
+        raise Unsupported(f"{tup.describe()}._replace() with these arguments (TypeError/ValueError)")
+    items = [kwargs.get(n, v) for n, v in zip(names, tup.items)]
+    return TupleValue(items, cls=tup.cls, names=tup._names)
+
+
+#: Methods of lists and tuples with symbolic items: name -> fn(tx, seq, args, kwargs).
+SEQUENCE_METHODS = {"index": _seq_index_or_count("index"), "count": _seq_index_or_count("count")}
+TUPLE_METHODS = {**SEQUENCE_METHODS, "_asdict": _tuple_asdict, "_replace": _tuple_replace}
+
+
 def _kind_name(v: Value) -> str:
     return "tuple" if issubclass(v.python_type(), tuple) else "list"
 
@@ -221,13 +252,16 @@ class TupleValue(SequenceValue):
             return self.cls(values) if _is_structseq(self.cls) else self.cls(*values)
         return values
 
+    def call_method(self, tx, name, args, kwargs):
+        if name in TUPLE_METHODS:
+            return TUPLE_METHODS[name](tx, self, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
     def getattr(self, tx, name):
         names = self._names or getattr(self.cls, "_fields", None) or getattr(self.cls, "__match_args__", None)
         if names and name in names:
             return self.items[list(names).index(name)]
-        if name in ("count", "index"):
-            return BoundMethod(self, name)
-        if names and name in ("_asdict", "_replace"):
+        if name in ("count", "index") or (names and name in ("_asdict", "_replace")):
             return BoundMethod(self, name)
         if self.cls is not None and hasattr(self.cls, "_fields"):
             return _namedtuple_class_attribute(tx, self, name)
@@ -320,9 +354,16 @@ class ListValue(SequenceValue):
         del self.items[k]
 
     def getattr(self, tx, name):
-        if name in _LIST_METHODS:
+        if name in LIST_METHODS:
             return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in LIST_METHODS:
+            if name in _MUTATING and _mutating_outside(tx, self, name, args):
+                return const(None)  # queued as the same call, replayed after the graph
+            return LIST_METHODS[name](tx, self, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -330,16 +371,6 @@ class ListValue(SequenceValue):
         if self.real is not None:
             return cg.const_name(self.real)
         return cg.shared(self, lambda: "[" + ", ".join(cg.expr(v) for v in self.items) + "]")
-
-
-_LIST_METHODS = {"append", "extend", "insert", "pop", "index", "count", "reverse", "copy", "clear",
-                 "sort", "remove"}
-_MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", "setdefault", "popitem",
-             "sort", "remove"}
-
-
-_DICT_METHODS = frozenset({"keys", "values", "items", "get", "update", "pop", "setdefault", "copy",
-                           "__contains__", "clear", "popitem"})
 
 
 class DictValue(_Deferred, Value):
@@ -420,9 +451,18 @@ class DictValue(_Deferred, Value):
         self.items[_key(key)] = value
 
     def getattr(self, tx, name):
-        if name in _DICT_METHODS:
+        if name in DICT_METHODS and not name.startswith("__"):
             return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def call_method(self, tx, name, args, kwargs):
+        """``dict.name(self, ...)``, dunders included (what a dict-derived object inherits)."""
+        method = DICT_METHODS.get(name)
+        if method is None:
+            return super().call_method(tx, name, args, kwargs)
+        if name in _MUTATING:
+            _mutating_outside(tx, self, name, args)
+        return method(tx, self, args, kwargs)
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -431,50 +471,6 @@ class DictValue(_Deferred, Value):
             return cg.const_name(self.real)
         return cg.shared(self, lambda: "{" + ", ".join(
             f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}")
-
-
-def call_dict_method(tx, d: DictValue, name: str, args, kwargs) -> Value:
-    """``dict.name(d, *args, **kwargs)``, dunders included: the builtin dict methods a
-    dict-derived object inherits, acting on its items ``d``."""
-    if name in ("__init__", "update"):
-        if len(args) > 1:
-            raise Unsupported(f"dict.{name}() with {len(args)} positional arguments (TypeError)")
-        return BoundMethod(d, "update").call(tx, args, kwargs)
-    if kwargs:
-        raise Unsupported(f"dict.{name}() with keyword arguments")
-    if name == "__getitem__":
-        return d.getitem(tx, args[0])
-    if name == "__setitem__":
-        d.setitem(tx, args[0], args[1])
-        return const(None)
-    if name == "__delitem__":
-        d.delitem(tx, args[0])
-        return const(None)
-    if name == "__len__":
-        return const(d.length(tx))
-    if name == "__iter__":
-        return d.make_iterator(tx)
-    if name in _DICT_METHODS:
-        return BoundMethod(d, name).call(tx, args, kwargs)
-    raise Unsupported(f"dict.{name}() on {d.describe()}")
-
-
-class DictMethod(Value):
-    """A builtin dict method of a dict-derived object (``out.keys``, ``super().__setitem__``),
-    acting on the object's items ``d``."""
-
-    __slots__ = ("d", "name")
-
-    def __init__(self, d: DictValue, name: str):
-        super().__init__(None)
-        self.d = d
-        self.name = name
-
-    def describe(self):
-        return f"dict.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        return call_dict_method(tx, self.d, self.name, args, kwargs)
 
 
 def _key(key: Value):
@@ -541,130 +537,146 @@ class IteratorValue(Value):
         return cg.shared(self, lambda: "iter([" + ", ".join(cg.expr(v) for v in self.items[self.pos:]) + "])")
 
 
-class BoundMethod(Value):
-    """A method of a symbolic container (``lst.append``, ``d.items``...)."""
+# -- method tables: name -> fn(tx, container, args, kwargs) ----------------------------------------
 
-    __slots__ = ("obj", "name")
+#: Methods that change the container: on a list or dict from outside, the change is replayed.
+_MUTATING = {"append", "extend", "insert", "pop", "reverse", "clear", "update", "setdefault", "popitem",
+             "sort", "remove", "__init__"}
 
-    def __init__(self, obj: Value, name: str):
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
 
-    def describe(self):
-        return f"{self.obj.describe()}.{self.name}"
+def _mutating_outside(tx, obj, name: str, args) -> bool:
+    """Before ``obj.name(...)`` changes a list or dict from outside: record the change for
+    replay. True when the call itself was queued (a list whose contents were never read)."""
+    if obj.source is None and not obj.borrowed:
+        return False
+    if obj.borrowed:
+        raise Unsupported(
+            f"calling .{name}() on {obj.describe()}, which comes from outside the compiled "
+            "function and cannot be written back (a default argument, or a library's object)",
+            "pass the list in as an argument if the compiled function should change it",
+        )
+    if isinstance(obj, ListValue) and obj.queue_call(tx, name, args):
+        return True
+    _ = obj.items
+    tx.output.side_effects.mutate_container(obj)
+    return False
 
-    def reconstruct(self, cg):
-        return f"{cg.expr(self.obj)}.{self.name}"
 
-    def call(self, tx, args, kwargs):
-        obj, name = self.obj, self.name
-        if name in _MUTATING and (obj.source is not None or obj.borrowed):
-            if obj.borrowed or not isinstance(obj, (ListValue, DictValue)):
-                raise Unsupported(
-                    f"calling .{name}() on {obj.describe()}, which comes from outside the compiled "
-                    "function and cannot be written back (a default argument, or a library's object)",
-                    "pass the list in as an argument if the compiled function should change it",
-                )
-            # A list or dict from outside: the mutation is replayed after the graph.
-            if isinstance(obj, ListValue) and obj.queue_call(tx, name, args):
-                return const(None)
-            _ = obj.items
-            tx.output.side_effects.mutate_container(obj)
-        if isinstance(obj, ListValue):
-            items = obj.items
-            if name == "append":
-                items.append(args[0])
-                return const(None)
-            if name == "extend":
-                items.extend(args[0].iterate(tx))
-                return const(None)
-            if name == "insert":
-                items.insert(args[0].as_constant(), args[1])
-                return const(None)
-            if name == "pop":
-                i = args[0].as_constant() if args else -1
-                if not -len(items) <= i < len(items):
-                    raise Unsupported(f"{self.describe()}() out of range (IndexError)")
-                return items.pop(i)
-            if name == "sort":
-                from .builtins import sorted_values
-                if args:
-                    raise Unsupported("list.sort() takes keyword arguments only (TypeError)")
-                items[:] = sorted_values(tx, items, kwargs)
-                return const(None)
-            if name == "remove":
-                from .pyops import equals, identity
-                for i, v in enumerate(items):
-                    if identity(v, args[0]) or equals(tx, v, args[0]):
-                        del items[i]
-                        return const(None)
-                raise Unsupported(f"{self.describe()}(x) with x not in the list (ValueError)")
-            if name == "reverse":
-                items.reverse()
-                return const(None)
-            if name == "clear":
-                items.clear()
-                return const(None)
-            if name == "copy":
-                return ListValue(items)
-        if isinstance(obj, SequenceValue) and name in ("index", "count"):
-            from .pyops import equals, identity
-            if len(args) != 1 or kwargs:
-                raise Unsupported(f"{self.describe()}() with these arguments")
-            matches = [i for i, v in enumerate(obj.items) if identity(v, args[0]) or equals(tx, v, args[0])]
-            if name == "count":
-                return const(len(matches))
-            if not matches:
-                raise Unsupported(f"{self.describe()}(x) with x not in the sequence (ValueError)")
-            return const(matches[0])
-        if isinstance(obj, TupleValue) and name == "_asdict":
-            names = obj._names or obj.cls._fields
-            return DictValue(dict(zip(names, obj.items)))
-        if isinstance(obj, TupleValue) and name == "_replace":
-            names = list(obj._names or obj.cls._fields)
-            if args or set(kwargs) - set(names):
-                raise Unsupported(f"{self.describe()}() with these arguments (TypeError/ValueError)")
-            items = [kwargs.get(n, v) for n, v in zip(names, obj.items)]
-            return TupleValue(items, cls=obj.cls, names=obj._names)
-        if isinstance(obj, DictValue):
-            d = obj.items
-            if name in ("keys", "values", "items"):
-                from .iterators import DictView
-                return DictView(obj, name)
-            if name == "get":
-                k = _key(args[0])
-                return d[k] if k in d else (args[1] if len(args) > 1 else const(None))
-            if name == "__contains__":
-                return const(_key(args[0]) in d)
-            if name == "clear":
-                d.clear()
-                return const(None)
-            if name == "popitem":
-                if not d:
-                    raise Unsupported(f"{self.describe()}() on an empty dict (KeyError)")
-                k = next(reversed(d))
-                return TupleValue([const(k), d.pop(k)])
-            if name == "copy":
-                return DictValue(d)
-            if name == "update":
-                src = args[0] if args else None
-                if isinstance(src, DictValue):
-                    d.update(src.items)
-                elif src is not None:
-                    for pair in src.iterate(tx):
-                        k, v = pair.iterate(tx)
-                        d[k.as_constant()] = v
-                for k, v in kwargs.items():
-                    d[k] = v
-                return const(None)
-            if name == "pop":
-                k = _key(args[0])
-                if k in d:
-                    return d.pop(k)
-                if len(args) > 1:
-                    return args[1]
-            if name == "setdefault":
-                k = _key(args[0])
-                return d.setdefault(k, args[1] if len(args) > 1 else const(None))
-        raise Unsupported(f"calling {self.describe()}()")
+def _none(fn):
+    """A method that returns None after ``fn(tx, container, args, kwargs)``."""
+    def method(tx, obj, args, kwargs):
+        fn(tx, obj, args, kwargs)
+        return const(None)
+    return method
+
+
+def _list_pop(tx, lst, args, kwargs):
+    items = lst.items
+    i = args[0].as_constant() if args else -1
+    if not -len(items) <= i < len(items):
+        raise Unsupported(f"{lst.describe()}.pop() out of range (IndexError)")
+    return items.pop(i)
+
+
+def _list_sort(tx, lst, args, kwargs):
+    from .builtins import sorted_values
+    if args:
+        raise Unsupported("list.sort() takes keyword arguments only (TypeError)")
+    lst.items[:] = sorted_values(tx, lst.items, kwargs)
+
+
+def _list_remove(tx, lst, args, kwargs):
+    from .pyops import equals, identity
+    items = lst.items
+    for i, v in enumerate(items):
+        if identity(v, args[0]) or equals(tx, v, args[0]):
+            del items[i]
+            return
+    raise Unsupported(f"{lst.describe()}.remove(x) with x not in the list (ValueError)")
+
+
+LIST_METHODS = {
+    **SEQUENCE_METHODS,
+    "append": _none(lambda tx, lst, args, kw: lst.items.append(args[0])),
+    "extend": _none(lambda tx, lst, args, kw: lst.items.extend(args[0].iterate(tx))),
+    "insert": _none(lambda tx, lst, args, kw: lst.items.insert(args[0].as_constant(), args[1])),
+    "pop": _list_pop,
+    "sort": _none(_list_sort),
+    "remove": _none(_list_remove),
+    "reverse": _none(lambda tx, lst, args, kw: lst.items.reverse()),
+    "clear": _none(lambda tx, lst, args, kw: lst.items.clear()),
+    "copy": lambda tx, lst, args, kw: ListValue(lst.items),
+}
+
+
+def _dict_view(view):
+    def method(tx, d, args, kwargs):
+        from .iterators import DictView
+        return DictView(d, view)
+    return method
+
+
+def _dict_get(tx, d, args, kwargs):
+    k = _key(args[0])
+    return d.items[k] if k in d.items else (args[1] if len(args) > 1 else const(None))
+
+
+def _dict_popitem(tx, d, args, kwargs):
+    if not d.items:
+        raise Unsupported(f"{d.describe()}.popitem() on an empty dict (KeyError)")
+    k = next(reversed(d.items))
+    return TupleValue([const(k), d.items.pop(k)])
+
+
+def _dict_update(tx, d, args, kwargs):
+    if len(args) > 1:
+        raise Unsupported(f"dict.update() with {len(args)} positional arguments (TypeError)")
+    src = args[0] if args else None
+    if isinstance(src, DictValue):
+        d.items.update(src.items)
+    elif src is not None:
+        for pair in src.iterate(tx):
+            k, v = pair.iterate(tx)
+            d.items[k.as_constant()] = v
+    d.items.update(kwargs)
+
+
+def _dict_pop(tx, d, args, kwargs):
+    k = _key(args[0])
+    if k in d.items:
+        return d.items.pop(k)
+    if len(args) > 1:
+        return args[1]
+    raise Unsupported(f"{d.describe()}.pop(k) with k not in the dict (KeyError)")
+
+
+def _dict_setdefault(tx, d, args, kwargs):
+    return d.items.setdefault(_key(args[0]), args[1] if len(args) > 1 else const(None))
+
+
+def _positional(fn, n: int):
+    """A dict dunder called with exactly ``n`` positional arguments and no keywords."""
+    def method(tx, d, args, kwargs):
+        if kwargs or len(args) != n:
+            raise Unsupported(f"dict method with {len(args)} arguments and keywords {sorted(kwargs)} (TypeError)")
+        return fn(tx, d, *args)
+    return method
+
+
+DICT_METHODS = {
+    "keys": _dict_view("keys"), "values": _dict_view("values"), "items": _dict_view("items"),
+    "get": _dict_get,
+    "copy": lambda tx, d, args, kw: DictValue(d.items),
+    "clear": _none(lambda tx, d, args, kw: d.items.clear()),
+    "popitem": _dict_popitem,
+    "update": _none(_dict_update),
+    "pop": _dict_pop,
+    "setdefault": _dict_setdefault,
+    "__contains__": _positional(lambda tx, d, k: const(_key(k) in d.items), 1),
+    "__init__": _none(_dict_update),
+    "__getitem__": _positional(lambda tx, d, k: d.getitem(tx, k), 1),
+    "__setitem__": _positional(lambda tx, d, k, v: (d.setitem(tx, k, v), const(None))[1], 2),
+    "__delitem__": _positional(lambda tx, d, k: (d.delitem(tx, k), const(None))[1], 1),
+    "__len__": _positional(lambda tx, d: const(d.length(tx)), 0),
+    "__iter__": _positional(lambda tx, d: d.make_iterator(tx), 0),
+}

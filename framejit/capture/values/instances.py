@@ -21,7 +21,7 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, ConstantValue, Value, const
+from .base import NONE, BoundMethod, ConstantValue, Value, const
 from .containers import TupleValue
 from .exceptions import is_exception_class, make_exception
 from .lookup import MISSING as _MISSING
@@ -357,8 +357,7 @@ class DictObjectValue(ObjectValue):
 
     def storage_method(self, name: str) -> Value:
         """The builtin dict's method ``name`` acting on this object's items."""
-        from .containers import DictMethod
-        return DictMethod(dict_view(self.items), name)
+        return BoundMethod(dict_view(self.items), name)
 
     def storage_call(self, tx, name: str, args, kwargs) -> Value:
         return self.storage_method(name).call(tx, args, kwargs)

@@ -9,7 +9,7 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
-from .base import Value
+from .base import BoundMethod, Value
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
 
@@ -60,8 +60,7 @@ class UserObjectValue(Value):
     def dict_method(self, tx, name: str) -> Value:
         """The builtin dict method ``name`` of a dict-derived object; its items are read-only
         here (a mutation raises Unsupported)."""
-        from .containers import DictMethod
-        return DictMethod(self.dict_storage(tx), name)
+        return BoundMethod(self.dict_storage(tx), name)
 
     def describe(self):
         where = f" {self.source.name()}" if self.source is not None else ""
