@@ -14,7 +14,7 @@ import types
 
 from ...errors import Unsupported
 from .. import compat
-from .base import NONE, Value, const
+from .base import NONE, BoundMethod, Value, const
 from .exceptions import PythonRaise
 from .iterators import LazyIteratorValue
 
@@ -123,40 +123,35 @@ class GeneratorValue(LazyIteratorValue):
         self.result = result
         return None
 
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("send", "__next__", "close"):
+            return _generator_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
     def getattr(self, tx, name):
         if name in ("send", "__next__", "close"):
-            return GeneratorMethod(self, name)
+            return BoundMethod(self, name)
         if name == "__name__":
             return const(self.name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
 
-class GeneratorMethod(Value):
-    """``gen.send``, ``gen.__next__`` and ``gen.close`` before they are called."""
+def _generator_method(tx, obj, name: str, args, kwargs):
+    what = f"{obj.describe()}.{name}"
+    gen = obj
+    if kwargs or len(args) != (1 if name == "send" else 0):
+        raise Unsupported(f"calling {what}() with these arguments (TypeError)")
+    if name == "close":
+        if gen.state == _SUSPENDED and getattr(gen.frame.insts[gen.frame.pc - 1], "in_try", True):
+            # GeneratorExit would run the handlers around the paused `yield`.
+            raise Unsupported(f"closing {gen.describe()} while it is paused inside a `try` block",
+                              "closing runs its `except`/`finally` blocks, which is not captured")
+        gen.state = _DONE
+        gen.exhausted = True
+        return NONE
+    v = gen.send(args[0]) if name == "send" else gen.next()
+    if v is None:
+        raise Unsupported(f"{what}() on a finished generator (StopIteration)")
+    return v
 
-    __slots__ = ("gen", "name")
 
-    def __init__(self, gen: GeneratorValue, name: str):
-        super().__init__(None)
-        self.gen = gen
-        self.name = name
-
-    def describe(self):
-        return f"{self.gen.describe()}.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        gen, name = self.gen, self.name
-        if kwargs or len(args) != (1 if name == "send" else 0):
-            raise Unsupported(f"calling {self.describe()}() with these arguments (TypeError)")
-        if name == "close":
-            if gen.state == _SUSPENDED and getattr(gen.frame.insts[gen.frame.pc - 1], "in_try", True):
-                # GeneratorExit would run the handlers around the paused `yield`.
-                raise Unsupported(f"closing {gen.describe()} while it is paused inside a `try` block",
-                                  "closing runs its `except`/`finally` blocks, which is not captured")
-            gen.state = _DONE
-            gen.exhausted = True
-            return NONE
-        v = gen.send(args[0]) if name == "send" else gen.next()
-        if v is None:
-            raise Unsupported(f"{self.describe()}() on a finished generator (StopIteration)")
-        return v

@@ -12,7 +12,7 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
-from .base import Value, const
+from .base import BoundMethod, Value, const
 from .containers import ListValue, TupleValue
 
 _MISSING = object()
@@ -69,7 +69,7 @@ class ModuleValue(Value):
         if attr is not _MISSING:
             if isinstance(attr, types.FunctionType):
                 if is_builtin_container_method(mod, name):
-                    return _ModuleHelperMethod(self, name)
+                    return BoundMethod(self, name)
                 from .functions import MethodValue
                 return MethodValue(attr, self)
             if isinstance(attr, staticmethod):
@@ -88,6 +88,11 @@ class ModuleValue(Value):
 
     def hasattr(self, tx, name):
         return hasattr(self.module, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if is_builtin_container_method(self.module, name):
+            return _module_helper_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def setattr(self, tx, name, value):
         """``self.step = ...``, ``self.cache = t``: recorded and replayed after the graph."""
@@ -184,19 +189,10 @@ def is_builtin_container_method(mod: nn.Module, name: str) -> bool:
     return name in _CONTAINER_METHODS and getattr(fn, "__module__", "").startswith("torch.nn")
 
 
-class _ModuleHelperMethod(Value):
-    __slots__ = ("mod", "name")
+def _module_helper_method(tx, obj, name: str, args, kwargs):
+    what = f"{obj.describe()}.{name}"
+    if args or kwargs:
+        raise Unsupported(f"calling {what}() with arguments")
+    return obj.call_named(tx, name)
 
-    def __init__(self, mod: ModuleValue, name: str):
-        super().__init__(None)
-        self.mod = mod
-        self.name = name
-
-    def describe(self):
-        return f"{self.mod.describe()}.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        if args or kwargs:
-            raise Unsupported(f"calling {self.describe()}() with arguments")
-        return self.mod.call_named(tx, self.name)
 

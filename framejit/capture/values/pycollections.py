@@ -8,7 +8,7 @@ import collections
 import operator
 
 from ...errors import Unsupported
-from .base import NONE, Value, const
+from .base import NONE, BoundMethod, Value, const
 from .containers import DictValue, ItemsProtocol
 
 _SET_OPS = {operator.or_: "union", operator.and_: "intersection", operator.sub: "difference",
@@ -138,8 +138,13 @@ class SetValue(Value):
 
     def getattr(self, tx, name):
         if name in _SET_METHODS:
-            return SetMethod(self, name)
+            return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _SET_METHODS:
+            return _set_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         from .tensor import TensorValue
@@ -155,39 +160,29 @@ _SET_METHODS = {"add", "discard", "remove", "pop", "clear", "update", "copy", "u
                 "symmetric_difference_update"}
 
 
-class SetMethod(Value):
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: SetValue, name: str):
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
-
-    def describe(self):
-        return f"set.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        if kwargs:
-            raise Unsupported(f"{self.describe()}() with keyword arguments (TypeError)")
-        s, name = self.obj, self.name
-        if name == "add":
-            s.add(tx, args[0])
-            return NONE
-        if name == "update":
-            for a in args:
-                s.update(tx, a)
-            return NONE
-        if name == "copy":
-            return s._derived(set(s.real))
-        consts = [s.member(tx, a, f"set.{name}() of") if name in ("discard", "remove") else
-                  set(_constants_of(tx, a, f"set.{name}() of")) for a in args]
-        try:
-            result = getattr(s.real, name)(*consts)
-        except (KeyError, TypeError) as e:
-            raise Unsupported(f"{self.describe()}() raises {type(e).__name__}: {e}") from e
-        if name == "pop":
-            return s.values.get(id(result)) or const(result)
-        return s._derived(result) if isinstance(result, set) else const(result)
+def _set_method(tx, obj, name: str, args, kwargs):
+    what = f"set.{name}"
+    if kwargs:
+        raise Unsupported(f"{what}() with keyword arguments (TypeError)")
+    s = obj
+    if name == "add":
+        s.add(tx, args[0])
+        return NONE
+    if name == "update":
+        for a in args:
+            s.update(tx, a)
+        return NONE
+    if name == "copy":
+        return s._derived(set(s.real))
+    consts = [s.member(tx, a, f"set.{name}() of") if name in ("discard", "remove") else
+              set(_constants_of(tx, a, f"set.{name}() of")) for a in args]
+    try:
+        result = getattr(s.real, name)(*consts)
+    except (KeyError, TypeError) as e:
+        raise Unsupported(f"{what}() raises {type(e).__name__}: {e}") from e
+    if name == "pop":
+        return s.values.get(id(result)) or const(result)
+    return s._derived(result) if isinstance(result, set) else const(result)
 
 
 class DequeValue(ItemsProtocol, Value):
@@ -244,8 +239,13 @@ class DequeValue(ItemsProtocol, Value):
         if name == "maxlen":
             return const(self.maxlen)
         if name in _DEQUE_METHODS:
-            return DequeMethod(self, name)
+            return BoundMethod(self, name)
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _DEQUE_METHODS:
+            return _deque_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.shared(self, lambda: f"{cg.const_name(collections.deque)}(["
@@ -256,66 +256,61 @@ _DEQUE_METHODS = {"append", "appendleft", "pop", "popleft", "extend", "extendlef
                   "clear", "copy", "count", "index", "remove", "reverse", "insert"}
 
 
-class DequeMethod(Value):
-    __slots__ = ("obj", "name")
+def _deque_method(tx, obj, name: str, args, kwargs):
+    what = f"deque.{name}"
+    from .pyops import equals, identity
 
-    def __init__(self, obj: DequeValue, name: str):
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
-
-    def describe(self):
-        return f"deque.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        from .pyops import equals, identity
-
-        d, name, items = self.obj, self.name, self.obj.items
-        if kwargs:
-            raise Unsupported(f"{self.describe()}() with keyword arguments (TypeError)")
-        if name in ("append", "appendleft"):
-            d.append(args[0], left=name == "appendleft")
-            return NONE
-        if name in ("extend", "extendleft"):
-            for v in args[0].iterate(tx):
-                d.append(v, left=name == "extendleft")
-            return NONE
-        if name in ("pop", "popleft"):
-            if not items:
-                raise Unsupported(f"{self.describe()}() on an empty deque (IndexError)")
-            return items.pop() if name == "pop" else items.pop(0)
-        if name == "rotate":
-            n = args[0].as_constant() if args else 1
-            if items:
-                n %= len(items)
-                items[:] = items[-n:] + items[:-n] if n else items
-            return NONE
-        if name == "clear":
-            items.clear()
-            return NONE
-        if name == "copy":
-            return DequeValue(items, d.maxlen)
-        if name == "reverse":
-            items.reverse()
-            return NONE
-        if name == "insert":
-            if d.maxlen is not None and len(items) >= d.maxlen:
-                raise Unsupported("deque.insert() into a full deque (IndexError)")
-            items.insert(args[0].as_constant(), args[1])
-            return NONE
-        # count, index, remove compare items with ==
-        if len(args) != 1:
-            raise Unsupported(f"{self.describe()}() with these arguments")
-        target = args[0]
-        matches = [i for i, v in enumerate(items) if identity(v, target) or equals(tx, v, target)]
-        if name == "count":
-            return const(len(matches))
-        if not matches:
-            raise Unsupported(f"{self.describe()}() of a value not in the deque (ValueError)")
-        if name == "index":
-            return const(matches[0])
-        del items[matches[0]]
+    d, items = obj, obj.items
+    if kwargs:
+        raise Unsupported(f"{what}() with keyword arguments (TypeError)")
+    if name in ("append", "appendleft"):
+        d.append(args[0], left=name == "appendleft")
         return NONE
+    if name in ("extend", "extendleft"):
+        for v in args[0].iterate(tx):
+            d.append(v, left=name == "extendleft")
+        return NONE
+    if name in ("pop", "popleft"):
+        if not items:
+            raise Unsupported(f"{what}() on an empty deque (IndexError)")
+        return items.pop() if name == "pop" else items.pop(0)
+    if name == "rotate":
+        n = args[0].as_constant() if args else 1
+        if items:
+            n %= len(items)
+            items[:] = items[-n:] + items[:-n] if n else items
+        return NONE
+    if name == "clear":
+        items.clear()
+        return NONE
+    if name == "copy":
+        return DequeValue(items, d.maxlen)
+    if name == "reverse":
+        items.reverse()
+        return NONE
+    if name == "insert":
+        if d.maxlen is not None and len(items) >= d.maxlen:
+            raise Unsupported("deque.insert() into a full deque (IndexError)")
+        items.insert(args[0].as_constant(), args[1])
+        return NONE
+    # count, index, remove compare items with ==
+    if len(args) != 1:
+        raise Unsupported(f"{what}() with these arguments")
+    target = args[0]
+    matches = [i for i, v in enumerate(items) if identity(v, target) or equals(tx, v, target)]
+    if name == "count":
+        return const(len(matches))
+    if not matches:
+        raise Unsupported(f"{what}() of a value not in the deque (ValueError)")
+    if name == "index":
+        return const(matches[0])
+    del items[matches[0]]
+    return NONE
+
+
+#: Methods of OrderedDict/defaultdict that plain dicts lack or that keep the subclass.
+_ORDERED_DICT_EXTRAS = frozenset({"move_to_end", "popitem", "copy"})
+_DEFAULT_DICT_EXTRAS = frozenset({"copy", "popitem"})
 
 
 class OrderedDictValue(DictValue):
@@ -331,9 +326,14 @@ class OrderedDictValue(DictValue):
         return collections.OrderedDict
 
     def getattr(self, tx, name):
-        if name in ("move_to_end", "popitem", "copy"):
-            return DictExtraMethod(self, name)
+        if name in _ORDERED_DICT_EXTRAS:
+            return BoundMethod(self, name)
         return super().getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _ORDERED_DICT_EXTRAS:
+            return _dict_extra_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.shared(self, lambda: f"{cg.const_name(collections.OrderedDict)}([" + ", ".join(
@@ -367,54 +367,47 @@ class DefaultDictValue(DictValue):
     def getattr(self, tx, name):
         if name == "default_factory":
             return self.factory
-        if name in ("copy", "popitem"):
-            return DictExtraMethod(self, name)
+        if name in _DEFAULT_DICT_EXTRAS:
+            return BoundMethod(self, name)
         return super().getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _DEFAULT_DICT_EXTRAS:
+            return _dict_extra_method(tx, self, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.shared(self, lambda: f"{cg.const_name(collections.defaultdict)}({cg.expr(self.factory)}, {{"
                          + ", ".join(f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "})")
 
 
-class DictExtraMethod(Value):
-    """Methods of OrderedDict/defaultdict that plain dicts lack or that keep the subclass."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: DictValue, name: str):
-        super().__init__(None)
-        self.obj = obj
-        self.name = name
-
-    def describe(self):
-        return f"{self.obj.python_type().__name__}.{self.name}"
-
-    def call(self, tx, args, kwargs):
-        d, name = self.obj, self.name
-        if name == "copy":
-            if isinstance(d, DefaultDictValue):
-                return DefaultDictValue(d.factory, d.items)
-            return OrderedDictValue(d.items)
-        if name == "popitem":
-            last = kwargs.get("last", args[0] if args else const(True)).as_constant()
-            if not isinstance(d, OrderedDictValue) and (args or kwargs):
-                raise Unsupported("dict.popitem() with arguments (TypeError)")
-            if not d.items:
-                raise Unsupported(f"{self.describe()}() on an empty dict (KeyError)")
-            key = next(reversed(d.items)) if last else next(iter(d.items))
-            return _pair(key, d.items.pop(key))
-        if name == "move_to_end":
-            key = args[0].as_constant()
-            last = kwargs.get("last", args[1] if len(args) > 1 else const(True)).as_constant()
-            if key not in d.items:
-                raise Unsupported(f"{self.describe()}({key!r}) of a missing key (KeyError)")
-            value = d.items.pop(key)
-            if last:
-                d.items[key] = value
-            else:
-                d.items = {key: value, **d.items}
-            return NONE
-        raise Unsupported(f"calling {self.describe()}()")
+def _dict_extra_method(tx, obj, name: str, args, kwargs):
+    what = f"{obj.python_type().__name__}.{name}"
+    d = obj
+    if name == "copy":
+        if isinstance(d, DefaultDictValue):
+            return DefaultDictValue(d.factory, d.items)
+        return OrderedDictValue(d.items)
+    if name == "popitem":
+        last = kwargs.get("last", args[0] if args else const(True)).as_constant()
+        if not isinstance(d, OrderedDictValue) and (args or kwargs):
+            raise Unsupported("dict.popitem() with arguments (TypeError)")
+        if not d.items:
+            raise Unsupported(f"{what}() on an empty dict (KeyError)")
+        key = next(reversed(d.items)) if last else next(iter(d.items))
+        return _pair(key, d.items.pop(key))
+    if name == "move_to_end":
+        key = args[0].as_constant()
+        last = kwargs.get("last", args[1] if len(args) > 1 else const(True)).as_constant()
+        if key not in d.items:
+            raise Unsupported(f"{what}({key!r}) of a missing key (KeyError)")
+        value = d.items.pop(key)
+        if last:
+            d.items[key] = value
+        else:
+            d.items = {key: value, **d.items}
+        return NONE
+    raise Unsupported(f"calling {what}()")
 
 
 def _pair(key, value: Value) -> Value:
