@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from .. import _C
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
+from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
@@ -331,6 +332,7 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     finally:
         output.restore_global_state()
         rng.restore()
+    check_code(new_code)  # code CPython cannot run safely falls back instead of crashing
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0
