@@ -91,6 +91,8 @@ class CompileContext:
     callback: object = None
     targets: set = field(default_factory=set)
     warned_limit: set = field(default_factory=set)
+    #: The code objects holding cache entries of this context (see release()).
+    entry_codes: weakref.WeakSet = field(default_factory=weakref.WeakSet)
 
 
 @dataclass
@@ -124,6 +126,32 @@ def make_callback(ctx: CompileContext):
 
     ctx.callback = callback
     return callback
+
+
+def release_with(owner, ctx: CompileContext) -> None:
+    """Drop the cache entries of ``ctx`` once ``owner`` (the object that calls with its callback:
+    the compile() wrapper) is garbage. Entries live in code objects, which outlive any wrapper
+    and which the garbage collector cannot see into: without this, each dropped wrapper of the
+    same function would leave its entries (and, through their owner, its whole context) behind,
+    and every later call of the function would walk them."""
+    finalizer = weakref.finalize(owner, release, ctx)
+    finalizer.atexit = False
+
+
+def release(ctx: CompileContext) -> None:
+    """Remove the cache entries ``ctx`` added, from the code objects it compiled (its targets,
+    resume functions and any other frame it captured)."""
+    callback = ctx.callback
+    for code in list(ctx.entry_codes):
+        entries = _C.get_cache_entries(code)
+        kept = [e for e in entries if e[2] is not callback]
+        if len(kept) == len(entries):
+            continue
+        entries[:] = kept  # in place: the hook may be walking this very list
+        if not kept and _C.get_code_mode(code) == _C.MODE_RUN_ONLY:
+            # Its recompile limit was this context's: other wrappers may compile the code again.
+            _C.set_code_mode(code, _C.MODE_DEFAULT)
+    ctx.entry_codes.clear()
 
 
 def _skip_roots() -> tuple[str, ...]:
@@ -317,6 +345,7 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
     if watch.raised is not None:
         return None  # a handler raised and capture swallowed it: convert_frame raises it
     entries.append((info.guard_fn, info.trampoline, ctx.callback, info))
+    ctx.entry_codes.add(code)
     return info.trampoline
 
 
