@@ -52,20 +52,20 @@ def test_memory_does_not_grow_with_dropped_wrappers():
             cf.stats.break_reasons.clear()  # (the statistics are a log until reset())
         gc.collect()
 
-    round_(20)
+    round_(10)
     objects = len(gc.get_objects())
     tracemalloc.start()
     try:
-        round_(5)
+        round_(3)
         first = tracemalloc.get_traced_memory()[0]
-        round_(60)
+        round_(30)
         growth = tracemalloc.get_traced_memory()[0] - first
         object_growth = len(gc.get_objects()) - objects
     finally:
         tracemalloc.stop()
-    # Before: about 14 KB per plain wrapper and 26 KB per breaking one.
-    assert growth < 60 * 1000, f"{growth / 60:.0f} bytes per round of compile() left behind"
-    assert object_growth < 65, f"{object_growth} objects more after 65 rounds of dropped wrappers"
+    # Before: about 14 KB per plain wrapper and 26 KB per breaking one (43 KB per round).
+    assert growth < 30 * 1000, f"{growth / 30:.0f} bytes per round of compile() left behind"
+    assert object_growth < 33, f"{object_growth} objects more after 33 rounds of dropped wrappers"
 
 
 def test_live_wrapper_keeps_its_entries(stats):
