@@ -1,9 +1,11 @@
 """The callback the C hook calls on a cache miss: decide, capture, cache, or fall back.
 
 Each ``compile()`` wrapper owns one callback; cache entries record it as their owner so that two
-wrappers of the same function with different backends or options never share entries. Anything
-that goes wrong during capture makes the frame run as plain Python with the reason recorded (or,
-with ``fullgraph=True``, raised as a :class:`GraphBreakError`).
+wrappers of the same function with different backends or options never share entries, and they
+leave the code objects when their wrapper is garbage (:func:`release_with`). Anything that goes
+wrong during capture makes the frame run as plain Python with the reason recorded (or, with
+``fullgraph=True``, raised as a :class:`GraphBreakError`), except what a signal handler raises
+meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_SignalWatch`).
 """
 
 from __future__ import annotations
