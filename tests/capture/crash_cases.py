@@ -165,6 +165,36 @@ def raise_in_exit_path(x):
             raise IndexError("from the block")
 
 
+def block_in_loop(x):
+    out = []
+    for i in range(3):
+        with Ctx(f"it{i}"), torch.no_grad():
+            y = x * i
+            if float(y.sum()) > 5:
+                raise OverflowError(f"at {i}")
+            out.append(y + torch.is_grad_enabled())
+    return out
+
+
+def autocast_graph_raises(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = x @ x.t()
+        n = a.float().sum().item()
+        c = torch.linalg.cholesky(-torch.eye(2) * n)
+    return c
+
+
+def try_after_block(x):
+    with torch.no_grad():
+        v = x.sum().item()
+        y = x * v
+    try:
+        z = y.exp()
+    except RuntimeError:
+        z = y
+    return z, torch.is_grad_enabled()
+
+
 # -- the cases: (function, list of inputs, each input a tuple of arguments) -------------------------
 
 def _t(*values):
@@ -183,6 +213,9 @@ CASES = {
     "nested_no_raise": (nested_no_raise, [(torch.ones(2, 3),), (-torch.ones(2, 3),)]),
     "loop_in_block": (loop_in_block, [_t(1.0, 2.0), _t(100.0), _t(3.0, 4.0)]),
     "break_after_inner_block": (break_after_inner_block, [_t(1.0, 2.0), _t(-2.0)]),
+    "block_in_loop": (block_in_loop, [_t(0.5, 0.5), _t(2.0, 2.0), _t(0.1)]),
+    "autocast_graph_raises": (autocast_graph_raises, [(torch.ones(2, 3),)]),
+    "try_after_block": (try_after_block, [_t(1.0, 2.0), _t(3.0)]),
     "raise_in_exit_path": (raise_in_exit_path, [_t(1.0, 2.0), _t(3.0)]),
 }
 
