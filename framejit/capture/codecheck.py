@@ -14,6 +14,7 @@ from __future__ import annotations
 import dis
 import io
 import types
+import weakref
 
 from ..errors import InternalError
 from . import compat
@@ -55,19 +56,30 @@ def exception_table(code: types.CodeType) -> list[tuple[int, int, int, int, bool
     return entries
 
 
-def check_code(code: types.CodeType) -> None:
+#: Code objects already checked (a resume function's code is checked when it is made, and
+#: again as a constant of each rewritten frame that calls it).
+_checked: weakref.WeakSet = weakref.WeakSet()
+
+
+def check_code(code: types.CodeType, *, disassemble: bool = False) -> None:
     """Raise :class:`BadCode` unless ``code`` (and every code object among its constants) has a
     consistent stack depth on every path, exception-table entries whose depths the stack
-    always reaches and whose handlers start on instructions, and readable location tables."""
+    always reaches and whose handlers start on instructions, and readable location tables.
+    ``disassemble`` also runs ``dis.dis`` on it (for tests: slower)."""
+    if code in _checked and not disassemble:
+        return
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            check_code(const)
+            check_code(const, disassemble=disassemble)
     try:
         _check(code)
+        if disassemble:
+            dis.dis(code, file=io.StringIO())
     except BadCode:
         raise
     except Exception as e:  # a table so broken that reading it fails
         raise BadCode(f"{_name(code)}: unreadable code object: {type(e).__name__}: {e}") from e
+    _checked.add(code)
 
 
 def _name(code: types.CodeType) -> str:
@@ -143,7 +155,6 @@ def _check(code: types.CodeType) -> None:
         last = end
     if last != size:
         raise BadCode(f"{name}: the line table covers {last} of {size} bytes")
-    dis.dis(code, file=io.StringIO())
 
 
 def _check_level(name: str, ins: dis.Instruction, level: int, code: types.CodeType) -> None:

@@ -261,7 +261,7 @@ def run_case(name: str) -> str:
     codes = [c for per in resume._resume_cache.values() for c in per.values()]
     codes += [entry[1] for code in list(cf._touched) for entry in _C.get_cache_entries(code)]
     for code in codes:
-        check_code(code)
+        check_code(code, disassemble=True)
         checked += 1
     return f"ok ({checked} code objects checked)"
 

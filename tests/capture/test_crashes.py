@@ -82,7 +82,7 @@ def test_resume_code_keeps_the_original_exception_table():
     jump = next(i for i, ins in enumerate(insts) if ins.name.startswith("POP_JUMP"))
     for target in (jump + 1, insts[jump].target):  # both successors of `if bool(...)`
         rcode = resume.resume_code(code, target, 2, ("x",))
-        check_code(rcode)
+        check_code(rcode, disassemble=True)
         assert rcode.co_stacksize == code.co_stacksize
         original = sorted((d, lasti) for *_, d, lasti in exception_table(code))
         assert sorted((d, lasti) for *_, d, lasti in exception_table(rcode)) == original
@@ -115,7 +115,7 @@ def test_check_code_accepts_python_compiled_code():
         for value in vars(module).values():
             for fn in [value, *vars(value).values()] if isinstance(value, type) else [value]:
                 if isinstance(getattr(fn, "__code__", None), types.CodeType):
-                    check_code(fn.__code__)
+                    check_code(fn.__code__, disassemble=True)
 
 
 def test_resume_after_break_in_two_blocks_is_captured(stats):
