@@ -55,6 +55,7 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
     wrapper = _C.CompiledFunction(fn, callback)
     functools.update_wrapper(wrapper, fn)
     wrapper._framejit_context = ctx
+    cf.release_with(wrapper, ctx)  # its cache entries go when it goes
     return wrapper
 
 
@@ -79,7 +80,9 @@ class CompiledModule(torch.nn.Module):
             cf.register_target(ctx, code)
         object.__setattr__(self, "_orig_mod", module)
         object.__setattr__(self, "_framejit_context", ctx)
-        object.__setattr__(self, "_framejit_call", _C.CompiledFunction(module, callback))
+        call = _C.CompiledFunction(module, callback)
+        object.__setattr__(self, "_framejit_call", call)
+        cf.release_with(call, ctx)  # its cache entries go when it goes
 
     def __call__(self, *args, **kwargs):
         return self._framejit_call(*args, **kwargs)

@@ -1,15 +1,19 @@
 """The callback the C hook calls on a cache miss: decide, capture, cache, or fall back.
 
 Each ``compile()`` wrapper owns one callback; cache entries record it as their owner so that two
-wrappers of the same function with different backends or options never share entries. Anything
-that goes wrong during capture makes the frame run as plain Python with the reason recorded (or,
-with ``fullgraph=True``, raised as a :class:`GraphBreakError`).
+wrappers of the same function with different backends or options never share entries, and they
+leave the code objects when their wrapper is garbage (:func:`release_with`). Anything that goes
+wrong during capture makes the frame run as plain Python with the reason recorded (or, with
+``fullgraph=True``, raised as a :class:`GraphBreakError`), except what a signal handler raises
+meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_SignalWatch`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 import traceback
 import types
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from .. import _C
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
+from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
@@ -88,6 +93,8 @@ class CompileContext:
     callback: object = None
     targets: set = field(default_factory=set)
     warned_limit: set = field(default_factory=set)
+    #: The code objects holding cache entries of this context (see release()).
+    entry_codes: weakref.WeakSet = field(default_factory=weakref.WeakSet)
 
 
 @dataclass
@@ -121,6 +128,32 @@ def make_callback(ctx: CompileContext):
 
     ctx.callback = callback
     return callback
+
+
+def release_with(owner, ctx: CompileContext) -> None:
+    """Drop the cache entries of ``ctx`` once ``owner`` (the object that calls with its callback:
+    the compile() wrapper) is garbage. Entries live in code objects, which outlive any wrapper
+    and which the garbage collector cannot see into: without this, each dropped wrapper of the
+    same function would leave its entries (and, through their owner, its whole context) behind,
+    and every later call of the function would walk them."""
+    finalizer = weakref.finalize(owner, release, ctx)
+    finalizer.atexit = False
+
+
+def release(ctx: CompileContext) -> None:
+    """Remove the cache entries ``ctx`` added, from the code objects it compiled (its targets,
+    resume functions and any other frame it captured)."""
+    callback = ctx.callback
+    for code in list(ctx.entry_codes):
+        entries = _C.get_cache_entries(code)
+        kept = [e for e in entries if e[2] is not callback]
+        if len(kept) == len(entries):
+            continue
+        entries[:] = kept  # in place: the hook may be walking this very list
+        if not kept and _C.get_code_mode(code) == _C.MODE_RUN_ONLY:
+            # Its recompile limit was this context's: other wrappers may compile the code again.
+            _C.set_code_mode(code, _C.MODE_DEFAULT)
+    ctx.entry_codes.clear()
 
 
 def _skip_roots() -> tuple[str, ...]:
@@ -174,6 +207,81 @@ _NEVER_TOP_FRAMES = frozenset({"__getattribute__", "__getattr__", "__setattr__",
 
 
 def convert_frame(ctx: CompileContext, code, func, f_locals):
+    """The callback's work: cached code for the frame, or None to run it as it is. Errors of
+    framejit's own fall back; an exception raised by a signal handler while framejit works
+    propagates, even when framejit code on the way turned it into a fallback or swallowed it."""
+    watch = _SignalWatch()
+    with watch:
+        try:
+            result = _convert_frame(ctx, code, func, f_locals, watch)
+        except BaseException:
+            if watch.raised is None:
+                raise
+            result = None
+    exc = watch.raised
+    if exc is not None:
+        watch.raised = None
+        try:
+            raise exc
+        finally:
+            del exc
+    return result
+
+
+class _SignalWatch:
+    """Python-level signal handlers run between any two bytecodes, so one may raise (a SIGALRM
+    timeout, say) in the middle of capture, where framejit's own ``try`` blocks turn errors into
+    fallbacks. While framejit works on the main thread (the only one that runs handlers), each
+    handler is wrapped so that what it raises is remembered in ``raised``; the handlers are put
+    back afterwards, except one that was replaced meanwhile."""
+
+    __slots__ = ("installed", "raised")
+
+    def __init__(self):
+        self.installed: list = []
+        self.raised: BaseException | None = None
+
+    def __enter__(self):
+        return self
+
+    def start(self):
+        """Wrap the handlers (about 0.1 ms: done only when capture is about to run)."""
+        if self.installed or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in _SIGNALS:
+            handler = signal.getsignal(sig)
+            # (SIGINT's default handler raises KeyboardInterrupt, which no fallback catches.)
+            if callable(handler) and handler is not signal.default_int_handler:
+                wrapper = self._wrap(handler)
+                try:
+                    signal.signal(sig, wrapper)
+                except (ValueError, OSError):  # not the main interpreter, say
+                    continue
+                self.installed.append((sig, handler, wrapper))
+
+    def _wrap(self, handler):
+        def framejit_signal_watch(signum, frame):
+            try:
+                return handler(signum, frame)
+            except BaseException as e:
+                if self.raised is None:
+                    self.raised = e
+                raise
+        return framejit_signal_watch
+
+    def __exit__(self, *exc_info):
+        for sig, handler, wrapper in self.installed:
+            if signal.getsignal(sig) is wrapper:
+                signal.signal(sig, handler)
+        self.installed.clear()
+        return False
+
+
+_SIGNALS = tuple(sorted(set(signal.valid_signals()) - {getattr(signal, "SIGKILL", None),
+                                                        getattr(signal, "SIGSTOP", None)}))
+
+
+def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatch):
     if code.co_name in _NEVER_TOP_FRAMES and code not in ctx.targets:
         _C.set_code_mode(code, _C.MODE_SKIP)
         _touched.add(code)
@@ -186,6 +294,7 @@ def convert_frame(ctx: CompileContext, code, func, f_locals):
             _touched.add(code)
         return None
     _touched.add(code)
+    watch.start()
     stats.frames += 1
     entries = _C.get_cache_entries(code)
     mine = [e for e in entries if e[2] is ctx.callback]
@@ -217,21 +326,28 @@ def convert_frame(ctx: CompileContext, code, func, f_locals):
             from ..debug.dump import dump_reason
             dump_reason(ctx.options.dump_dir, code, "recompile", reason)
     try:
-        info = capture_frame(ctx, code, func, f_locals)
+        info = capture_frame(ctx, code, func, f_locals, watch)
     except Unsupported as e:
+        if watch.raised is not None:
+            raise  # not framejit's error: convert_frame raises the handler's exception
         return _fall_back(ctx, code, e)
     except BackendError as e:
-        if ctx.options.fullgraph:
+        if ctx.options.fullgraph or watch.raised is not None:
             raise
         warnings.warn(f"framejit: {e}; {where(code)} runs as plain Python", stacklevel=2)
         return _fall_back(ctx, code, Unsupported(f"the backend failed: {e.__cause__!r}"))
     except Exception as e:
+        if watch.raised is not None:
+            raise
         if ctx.options.fullgraph:
             raise InternalError(f"framejit failed while compiling {where(code)} (a bug in framejit)") from e
         log_internal.warning("framejit: internal error while compiling %s; it runs as plain Python.\n%s",
                              where(code), traceback.format_exc())
         return _fall_back(ctx, code, Unsupported(f"internal error: {type(e).__name__}: {e}"))
+    if watch.raised is not None:
+        return None  # a handler raised and capture swallowed it: convert_frame raises it
     entries.append((info.guard_fn, info.trampoline, ctx.callback, info))
+    ctx.entry_codes.add(code)
     return info.trampoline
 
 
@@ -265,7 +381,7 @@ def mine_entries(code, ctx):
     return [e for e in _C.get_cache_entries(code) if e[2] is ctx.callback]
 
 
-def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
+def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> CacheEntryInfo:
     """Capture the frame whole; if that meets something unsupported, capture it again up to that
     instruction and split it there (a graph break)."""
     t0 = time.perf_counter()
@@ -275,7 +391,7 @@ def capture_frame(ctx: CompileContext, code, func, f_locals) -> CacheEntryInfo:
         return _capture(ctx, code, func, f_locals, t0, None)
     except Unsupported as e:
         index = _break_index(code, e)
-        if index is None:
+        if index is None or (watch is not None and watch.raised is not None):
             raise
         if ctx.options.fullgraph:
             raise
@@ -332,6 +448,7 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     finally:
         output.restore_global_state()
         rng.restore()
+    check_code(new_code)  # code CPython cannot run safely falls back instead of crashing
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0

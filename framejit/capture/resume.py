@@ -28,6 +28,7 @@ from bytecode import Bytecode, FreeVar, Instr, Label, TryBegin, TryEnd
 
 from ..errors import Unsupported
 from . import compat
+from .codecheck import check_code
 from .interpreter import Inst, decode
 
 NULL = "NULL"
@@ -222,7 +223,8 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
     if cached is not None:
         return cached
     insts = decode(code)
-    bc = Bytecode.from_code(code)
+    # Keep the original's exception-table depths (see the note at ``to_code`` below).
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     items = list(bc)
     target_pos = insts[target].pos
     first = insts[target]
@@ -266,7 +268,15 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
     bc.name = f"{code.co_name}_resume_at_line_{lineno}"
     if hasattr(bc, "qualname"):
         bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}_resume_at_line_{lineno}"
-    new = bc.to_code()
+    # The body is the original code, entered with the stack the original has at ``target``, so
+    # every exception-table entry keeps the original's depth and the original's stack size
+    # suffices (the prefix pushes no more than ``depth`` values). The `bytecode` library must not
+    # recompute either: its analysis follows the code from the prefix only, never sees the start
+    # of a `with` block's region the prefix jumps into, and then leaves that region's depth at a
+    # sentinel (32768: the handler runs on a stack it does not expect and crashes the
+    # interpreter) or fails ("negative stacksize").
+    new = bc.to_code(stacksize=max(code.co_stacksize, depth), compute_exception_stack_depths=False)
+    check_code(new)
     per_code[key] = new
     _origin[new] = (code, skipped - new_prefix)
     return new

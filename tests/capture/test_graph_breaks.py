@@ -106,12 +106,13 @@ def test_break_inside_inlined_call_moves_to_the_call_site(stats, caplog):
         return z - 1
 
     with caplog.at_level(logging.INFO, logger="framejit.graph_breaks"):
-        run_twice(outer, torch.randn(3))
+        compiled = run_twice(outer, torch.randn(3))  # (its entries live as long as it does)
     # outer breaks at the call; the helper itself is then compiled as its own frame and breaks
     # at its print.
     assert stats.graph_breaks == 2 and stats.eager_frames == 0
     assert "print()" in caplog.text and "called from" in caplog.text
     assert len(_C.get_cache_entries(helper_that_prints.__code__)) == 1
+    del compiled
 
 
 class Logged(nn.Module):
