@@ -181,7 +181,7 @@ def _contains_node(value: Any) -> bool:
 
     def visit(x: Any) -> Any:
         nonlocal found
-        found = found or isinstance(x, torch.fx.Node)
+        found = found or isinstance(x, Node)
         return x
 
     map_aggregate(value, visit)
@@ -299,6 +299,8 @@ class _Converter:
             return a
         if _prints(a, in_repr):
             return a
+        if _contains_node(a):  # a dict with keys torch.fx cannot print
+            raise TypeError(f"torch.fx cannot print {a!r:.80} and it holds graph values")
         return self.lift(a)
 
     def materialize(self, a: Any) -> Any:
