@@ -83,6 +83,8 @@ _INPLACE_BINARY = {
     operator.ilshift: (operator.lshift, "__ilshift__"),
     operator.irshift: (operator.rshift, "__irshift__"),
 }
+# By identity: a target may be an object that cannot be hashed or compared.
+_INPLACE_BY_ID = {id(op): forms for op, forms in _INPLACE_BINARY.items()}
 _NUMBERS = (bool, int, float, complex)
 # torch.fx's generated code evaluates `inf`, `nan` and `device(...)` as globals.
 _FX_EVAL_GLOBALS = {"inf": math.inf, "nan": math.nan, "device": torch.device, "torch": torch}
@@ -348,8 +350,9 @@ class _Converter:
 
     def call_function(self, node: Node) -> Any:
         target, args = node.target, node.args
-        if target in _INPLACE_BINARY and len(args) == 2 and not node.kwargs:
-            binary, dunder = _INPLACE_BINARY[target]
+        inplace = _INPLACE_BY_ID.get(id(target))
+        if inplace is not None and len(args) == 2 and not node.kwargs:
+            binary, dunder = inplace
             lhs, kind = args[0], _value_type(args[0])
             if kind is not None and not _is_tensor_node(lhs) and not hasattr(kind, dunder):
                 # `a op= b` is `a op b` when type(a) has no in-place method; torch.fx would
@@ -364,8 +367,8 @@ class _Converter:
             self.call(node, "call_function", target, fx_args, {})
             return None
         fx_args = self.arg(args)
-        if target in (operator.pow, operator.getitem) and len(args) == 2 and not node.kwargs \
-                and _starts_with_minus(args[0]):
+        if (target is operator.pow or target is operator.getitem) and len(args) == 2 \
+                and not node.kwargs and _starts_with_minus(args[0]):
             # torch.fx prints `-2 ** x`, which Python reads as -(2 ** x).
             if target is operator.pow:
                 target = builtins.pow

@@ -238,7 +238,11 @@ def test_printable_constants_stay_inline():
     x = tensor_input(g)
     add = g.call_function(torch.add, (x, 1.5))
     sliced = g.call_function(operator.getitem, (x, (slice(None, 1), Ellipsis, None)))
-    g.output((add, sliced, g.call_method("to", (x, torch.device("cpu"), torch.float64))))
+    moved = g.call_method("to", (x, torch.device("cpu"), torch.float64))
+    contiguous = g.call_method("contiguous", (x,), {"memory_format": torch.contiguous_format})
+    stacked = g.call_function(torch.stack, ([x, add],))
+    zeros = g.call_function(torch.zeros, (torch.Size([2]),), {"layout": torch.strided})
+    g.output((add, sliced, moved, contiguous, stacked, zeros, {"pair": (x, [add])}))
     fx_gm = export_and_compare(g, torch.ones(2, 2))
     assert [n.op for n in fx_gm.graph.nodes].count("get_attr") == 0
 
@@ -272,12 +276,23 @@ def pretend_torch_function(x):
 pretend_torch_function.__module__ = "torch.nn.functional"  # as functions made inside torch are
 
 
+class Unhashable:
+    """A callable object that cannot be hashed (it defines __eq__ only)."""
+
+    def __eq__(self, other):
+        return isinstance(other, Unhashable)
+
+    def __call__(self, x):
+        return x - 1
+
+
 @pytest.mark.parametrize("target, args", [
     (torch.Tensor.__ipow__, (2,)),  # printed as torch._tensor.pow_, which does not exist
     (torch.Tensor.__pow__, (2,)),  # printed as torch._tensor.pow
     (pretend_torch_function, ()),  # printed as torch.nn.functional.pretend_torch_function
     (functools.partial(torch.mul, other=2.0), ()),  # no __name__: torch.fx cannot name it
-], ids=["Tensor.__ipow__", "Tensor.__pow__", "torch-module function", "partial"])
+    (Unhashable(), ()),
+], ids=["Tensor.__ipow__", "Tensor.__pow__", "torch-module function", "partial", "unhashable"])
 def test_call_targets_torch_fx_cannot_name(target, args):
     g = Graph()
     x = tensor_input(g)
