@@ -131,7 +131,7 @@ def route_default_backend_through_fx():
     """Test hook: from now on ``backend="default"`` and ``backend="eager"`` resolve to
     :func:`fx_export_backend` as a user backend, so every graph they get is converted with
     ``to_torch_fx`` and runs torch.fx's generated code instead of framejit's. Returns a function
-    that puts the native backends back."""
+    that puts back what the two names resolved to before."""
     from .backends import registry
 
     registry.list_backends()  # the built-ins first, so that they are what is put back
