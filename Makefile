@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 DEPS      := $(VENV)/.deps-stamp
 EXT       := $(VENV)/.ext-stamp
 
-.PHONY: setup demo test test-py test-hook bench lint clean
+.PHONY: setup demo test test-py test-hook test-fx bench lint clean
 
 setup: $(EXT)
 
@@ -29,10 +29,16 @@ $(EXT): $(DEPS) csrc/eval_frame.c
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup test-hook test-py
+test: setup test-hook test-py test-fx
 
 test-py:
 	$(PY) -m pytest tests --ignore=tests/hook
+
+# The capture, model and API tests again with every graph of backend="default"/"eager" exported to
+# torch.fx and run by torch.fx's generated code (tests/conftest.py, framejit.testing).
+test-fx:
+	@echo "==== tests/capture tests/models tests/api through the torch.fx export (FRAMEJIT_TEST_BACKEND=fx) ===="
+	FRAMEJIT_TEST_BACKEND=fx $(PY) -m pytest tests/capture tests/models tests/api
 
 # The hook's own tests need no torch and run on every CPython 3.11+ that pyenv has.
 test-hook:

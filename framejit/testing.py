@@ -8,6 +8,15 @@
     assert backend.graph_count == 1
     print(backend.graphs[0].code)
 
+``fx_export_backend`` is the same kind of pass-through without the recording, and
+``route_default_backend_through_fx()`` makes ``backend="default"`` and ``"eager"`` use it, so a
+whole test suite runs through ``to_torch_fx`` and torch.fx's own generated code (``make test``
+does this for tests/capture and tests/models with ``FRAMEJIT_TEST_BACKEND=fx``)::
+
+    restore = route_default_backend_through_fx()
+    ...
+    restore()
+
 ``assert_close_to_eager`` compares a compiled result with the eager one, with tolerances that
 depend on the dtype, through nested tuples, lists and dicts::
 
@@ -22,7 +31,14 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["RecordingBackend", "assert_close_to_eager", "TOLERANCES", "capture_stats"]
+__all__ = [
+    "RecordingBackend",
+    "assert_close_to_eager",
+    "TOLERANCES",
+    "capture_stats",
+    "fx_export_backend",
+    "route_default_backend_through_fx",
+]
 
 
 class _LiveStats:
@@ -102,6 +118,31 @@ class RecordingBackend:
     def clear(self) -> None:
         self.graphs.clear()
         self.example_inputs.clear()
+
+
+def fx_export_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
+    """A user backend that runs the torch.fx GraphModule it is given unchanged: the code torch.fx
+    generated for it (``gm.forward``), after ``gm.graph.lint()``."""
+    gm.graph.lint()
+    return gm.forward
+
+
+def route_default_backend_through_fx():
+    """Test hook: from now on ``backend="default"`` and ``backend="eager"`` resolve to
+    :func:`fx_export_backend` as a user backend, so every graph they get is converted with
+    ``to_torch_fx`` and runs torch.fx's generated code instead of framejit's. Returns a function
+    that puts back what the two names resolved to before."""
+    from .backends import registry
+
+    registry.list_backends()  # the built-ins first, so that they are what is put back
+    saved = {name: registry._REGISTRY[name] for name in ("default", "eager")}
+    for name in saved:
+        registry.register_backend(name, fx_export_backend, native=False, replace=True)
+
+    def restore() -> None:
+        registry._REGISTRY.update(saved)
+
+    return restore
 
 
 #: (rtol, atol) per dtype. fp32/fp64 are torch.testing's defaults; the reduced-precision types are

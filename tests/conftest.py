@@ -8,6 +8,27 @@ import pytest
 # Every graph captured during the tests is checked with Graph.lint() before it is compiled.
 os.environ.setdefault("FRAMEJIT_LINT", "1")
 
+#: FRAMEJIT_TEST_BACKEND=fx runs every graph that would go to the native "default"/"eager"
+#: backend through the torch.fx export instead (framejit.testing.fx_export_backend): the graph is
+#: converted with to_torch_fx and torch.fx's generated code runs it. `make test` runs
+#: tests/capture and tests/models this way too.
+TEST_BACKEND = os.environ.get("FRAMEJIT_TEST_BACKEND", "native")
+
+
+def pytest_configure(config):
+    if TEST_BACKEND == "fx":
+        from framejit.testing import route_default_backend_through_fx
+
+        route_default_backend_through_fx()
+    elif TEST_BACKEND != "native":
+        raise pytest.UsageError(f"FRAMEJIT_TEST_BACKEND={TEST_BACKEND!r}: expected 'native' or 'fx'")
+
+
+def pytest_report_header(config):
+    if TEST_BACKEND == "fx":
+        return "framejit: backend='default'/'eager' go through the torch.fx export (FRAMEJIT_TEST_BACKEND=fx)"
+    return None
+
 
 def pytest_runtest_setup(item):
     # GPU tests are marked `@pytest.mark.gpu` and skipped on machines without CUDA. torch is

@@ -348,6 +348,8 @@ class _Emitter:
             return f"{fn}({self.call_args(args, kwargs)})"
         if op == "call_method":
             obj = self.operand(args[0])
+            if obj[0].isdigit():  # `5.bit_length()` does not parse
+                obj = f"({obj})"
             call = self.call_args(args[1:], kwargs)
             if target.isidentifier() and not keyword.iskeyword(target):
                 return f"{obj}.{target}({call})"
@@ -406,7 +408,9 @@ def generate_python(
     from .meta import describe
 
     emit = _Emitter(graph, self_arg)
-    emit.globals.reserve(fn_name)  # `def` binds fn_name in the globals dict
+    # `def` binds its name in the globals dict: a node of that name (a get_attr bound as a global)
+    # would be replaced by the function, so the function then takes another name.
+    fn_name = emit.globals.reserve(fn_name)
     frees = _last_uses(graph) if free_dead else {}
     params = ["self"] if self_arg else []
     body: list[tuple[str, Node | None]] = []

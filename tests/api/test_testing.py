@@ -4,7 +4,14 @@ import pytest
 import torch
 
 import framejit
-from framejit.testing import RecordingBackend, assert_close_to_eager, capture_stats
+from framejit.backends import lookup_backend
+from framejit.testing import (
+    RecordingBackend,
+    assert_close_to_eager,
+    capture_stats,
+    fx_export_backend,
+    route_default_backend_through_fx,
+)
 
 
 def test_equal_nested_results_pass():
@@ -91,3 +98,27 @@ def test_capture_stats_view_survives_reset():
     assert stats.captured == 1
     framejit.reset()
     assert stats.captured == 0
+
+
+def test_default_backend_routed_through_the_torch_fx_export(monkeypatch):
+    """FRAMEJIT_TEST_BACKEND=fx: backend="default"/"eager" become the torch.fx pass-through, whose
+    graphs are torch.fx GraphModules run by their own code; restore() puts back what was there."""
+    before = {name: lookup_backend(name) for name in ("default", "eager")}
+    seen = []
+
+    def spy(gm, example_inputs):
+        seen.append(type(gm))
+        return fx_export_backend(gm, example_inputs)
+
+    monkeypatch.setattr("framejit.testing.fx_export_backend", spy)
+    restore = route_default_backend_through_fx()
+    try:
+        for name in ("default", "eager"):
+            assert not lookup_backend(name).native
+        x = torch.randn(3)
+        assert_close_to_eager(framejit.compile(lambda x: x.sin() * 2)(x), x.sin() * 2)
+        assert_close_to_eager(framejit.compile(lambda x: x + 1, backend="eager")(x), x + 1)
+    finally:
+        restore()
+    assert seen and all(issubclass(t, torch.fx.GraphModule) for t in seen) and len(seen) == 2
+    assert {name: lookup_backend(name) for name in ("default", "eager")} == before

@@ -1,15 +1,18 @@
 import pytest
 import torch
 
-from framejit.backends import registry
+from framejit.backends import eager, registry
 from framejit.fx_ir import Graph, GraphModule
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    """Backends registered by a test are removed after it."""
+    """Backends registered by a test are removed after it. These tests are about the native
+    built-ins, so they see them even where FRAMEJIT_TEST_BACKEND=fx routes them through torch.fx."""
     registry.list_backends()  # make sure the built-ins are in the snapshot
     saved = dict(registry._REGISTRY)
+    for name in ("eager", "default"):
+        registry.register_backend(name, eager.eager, replace=True)
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)

@@ -285,3 +285,21 @@ def test_number_on_the_left_of_a_tensor_prints_as_the_torch_call():
     expected = (1 - x, 0.9 ** x, 0.5 / x, 7 // x, 3.0 % x)
     for out, want in zip(GraphModule({}, g)(x), expected):
         torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_method_of_an_int_constant_parses():
+    g = Graph()
+    g.output(g.call_method("bit_length", (5,)))
+    assert "(5).bit_length()" in g.python_code().src
+    assert GraphModule({}, g)() == 3
+
+
+def test_a_node_named_like_the_function_is_not_replaced_by_it():
+    """forward_fn binds get_attr values as globals named after their nodes; `def forward` must
+    not rebind the one called forward."""
+    g = Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(torch.add, (x, g.get_attr("forward"))))
+    gm = GraphModule({"forward": torch.tensor(2.0)}, g)
+    assert gm(torch.tensor(1.0)).item() == 3.0
+    assert gm.forward(torch.tensor(1.0)).item() == 3.0
