@@ -24,6 +24,7 @@ from torch import nn
 from ...errors import Unsupported
 from .. import guards as G
 from ..sources import ItemSource, Source
+from .autograd_function import is_custom_function_apply
 from .base import ConstantValue, Value
 from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
@@ -172,6 +173,9 @@ def _wrap_callable(tx, obj, source) -> Value:
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
         return UserFunctionValue(obj, source)
+    if isinstance(obj, types.MethodType) and is_custom_function_apply(obj.__self__, obj.__name__):
+        from .autograd_function import AutogradFunctionApplyValue
+        return AutogradFunctionApplyValue(obj.__self__)
     if isinstance(obj, types.MethodType):
         from .functions import MethodValue
         self_value = wrap(tx, obj.__self__, _SelfSource(source)) if source is not None else wrap_sourceless(tx, obj.__self__)

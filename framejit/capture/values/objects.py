@@ -9,6 +9,7 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource
+from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import Value
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 
@@ -308,6 +309,8 @@ class ClassValue(Value):
         static = inspect.getattr_static(self.cls, name, _MISSING)
         if static is _MISSING:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        if is_custom_function_apply(self.cls, name):
+            return AutogradFunctionApplyValue(self.cls)
         if isinstance(static, classmethod):
             return MethodValue(static.__func__, self)
         if isinstance(static, staticmethod):

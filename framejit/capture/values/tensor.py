@@ -227,8 +227,10 @@ def _type_prefix(device: torch.device) -> str:
 
 # -- recording operations --------------------------------------------------------------------------
 
-def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False) -> Value:
-    """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result."""
+def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False,
+               run_example=None) -> Value:
+    """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result.
+    ``run_example(convert)``, when given, computes the example result instead (on fake tensors)."""
     from .containers import DictValue, ListValue, TupleValue
 
     def convert(v, tensor):
@@ -286,7 +288,9 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
                                           for a in meta_args[1:]]
     inplace = impure or _is_inplace(kind, target, kwargs)
     try:
-        if not inplace and _autocast_applies(devices):
+        if run_example is not None:
+            result = run_example(convert)
+        elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
             result = _run_on_meta_retrying_foreach(kind, meta_target, args, meta_args, meta_kwargs,
@@ -426,6 +430,12 @@ def _autocast_applies(devices) -> bool:
 
 
 def _run_under_autocast(tx, kind, target, args, kwargs, convert):
+    return run_on_fake(tx, kind, target, args, kwargs, convert, "under autocast ")
+
+
+def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
+    """Run ``target`` on fake tensors (meta tensors that report their real device); the result
+    as plain meta tensors."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     mode = tx.output.fake_mode
@@ -445,7 +455,7 @@ def _run_under_autocast(tx, kind, target, args, kwargs, convert):
     try:
         return _rebuild(_template(result))
     except _Uncacheable:
-        raise Unsupported(f"{_readable(kind, target)} under autocast returned a "
+        raise Unsupported(f"{_readable(kind, target)} {what}returned a "
                           f"{type(result).__name__}, which framejit cannot track") from None
 
 

@@ -1,0 +1,113 @@
+"""Constructs from real model code (Bloom, CodeGen, ...) that torch.compile captures: each is
+compared with eager and its graphs, breaks and recompiles are counted."""
+
+import collections
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import RecordingBackend, assert_close_to_eager
+
+# -- torch.autograd.Function.apply ----------------------------------------------------------------
+
+
+class BloomGelu(torch.autograd.Function):
+    """Bloom's GELU: a static forward and a hand-written backward."""
+
+    @staticmethod
+    def forward(ctx, input):
+        ctx.save_for_backward(input)
+        return input * 0.5 * (1.0 + torch.tanh(0.79788456 * input * (1 + 0.044715 * input * input)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input = ctx.saved_tensors
+        input = input[0]
+        tanh_out = torch.tanh(0.79788456 * input * (1 + 0.044715 * input * input))
+        ff = 0.5 * input * ((1 - tanh_out * tanh_out) * (0.79788456 + 0.1070322243 * input * input)) \
+            + 0.5 * (1 + tanh_out)
+        return ff * grad_output
+
+
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward, a backward that is not the derivative (eager's backward must be used),
+    a non-tensor argument and two outputs."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return x.clone(), x * 2
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return g1 * ctx.scale + g2, None
+
+
+def _grads_match(fn, *shapes):
+    inputs = [torch.randn(*s, requires_grad=True) for s in shapes]
+    eager_inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
+    compiled = framejit.compile(fn, backend=RecordingBackend())
+    out = compiled(*inputs)
+    expected = fn(*eager_inputs)
+    assert_close_to_eager(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    for a, b in zip(inputs, eager_inputs):
+        assert_close_to_eager(a.grad, b.grad)
+
+
+def test_autograd_function_apply_is_one_graph_with_eager_gradients(stats):
+    def f(x, w):
+        return BloomGelu.apply(x @ w) * 2
+
+    _grads_match(f, (4, 8), (8, 8))
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+    _grads_match(f, (4, 8), (8, 8))  # a second call of the same kind reuses the graph
+    assert stats.recompiles == 0
+
+
+def test_autograd_function_with_several_outputs_and_a_number(stats):
+    def f(x):
+        a, b = ScaleGrad.apply(x + 1, 3.0)
+        return a * b
+
+    _grads_match(f, (5,))
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+
+
+def test_autograd_function_in_a_module(check):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            return BloomGelu.apply(self.fc(x))
+
+    check(Block(), torch.randn(3, 6))
+
+
+def test_autograd_function_class_is_guarded(stats):
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    class Triple(Double):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 3
+
+    def f(fn, x):
+        return fn.apply(x) + 1
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(3)
+    assert_close_to_eager(compiled(Double, x), x * 2 + 1)
+    assert_close_to_eager(compiled(Triple, x), x * 3 + 1)
+    assert stats.recompiles == 1 and stats.graph_breaks == 0
