@@ -111,3 +111,60 @@ def test_autograd_function_class_is_guarded(stats):
     assert_close_to_eager(compiled(Double, x), x * 2 + 1)
     assert_close_to_eager(compiled(Triple, x), x * 3 + 1)
     assert stats.recompiles == 1 and stats.graph_breaks == 0
+
+
+# -- modules created inside forward ---------------------------------------------------------------
+
+
+class CodeGenAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn_dropout = torch.nn.Dropout(0.0)
+
+    def forward(self, q, k):
+        w = q @ k.transpose(-1, -2)
+        w = torch.nn.Softmax(dim=-1)(w)
+        return self.attn_dropout(w)
+
+
+def test_stateless_module_created_in_forward(check):
+    check(CodeGenAttention(), torch.randn(2, 4, 8), torch.randn(2, 4, 8))
+
+
+def test_several_created_modules(check):
+    def f(x):
+        y = torch.nn.GELU(approximate="tanh")(x)
+        return torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Flatten(0))(y) + torch.nn.Identity()(x).sum()
+
+    check(f, torch.randn(3, 4))
+
+
+def test_created_module_kept_across_a_break(stats):
+    def f(x):
+        act = torch.nn.LeakyReLU(0.2)
+        y = act(x)
+        print("break")
+        return act(y), act
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(5)
+    out, act = compiled(x)
+    expected, eager_act = f(x)
+    assert_close_to_eager(out, expected)
+    assert type(act) is torch.nn.LeakyReLU and act.negative_slope == 0.2
+    for _ in range(3):
+        assert_close_to_eager(compiled(x)[0], expected)
+    assert stats.graph_breaks == 1 and stats.eager_frames == 0 and stats.recompiles == 0
+
+
+def test_module_with_parameters_created_in_forward_still_breaks(stats):
+    def f(x):
+        return torch.nn.Linear(3, 3)(x)
+
+    torch.manual_seed(0)
+    expected = f(torch.ones(2, 3))
+    torch.manual_seed(0)
+    out = framejit.compile(f)(torch.ones(2, 3))
+    assert_close_to_eager(out, expected)  # the random stream is eager's
+    reasons = [m for _, m in stats.fallback_reasons + stats.break_reasons]
+    assert any("creating the module Linear()" in m for m in reasons), reasons

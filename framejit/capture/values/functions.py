@@ -398,8 +398,8 @@ class TorchFunctionValue(Value):
         if fn in AUTOCAST_QUERIES:
             return fold_autocast_query(tx, fn, args, kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
-            raise Unsupported(f"creating a {fn.__name__} module inside the compiled function",
-                              "create modules in __init__, outside the compiled function")
+            from .modules import create_module
+            return create_module(tx, fn, args, kwargs)
         all_args = list(args) + list(kwargs.values())
         if _has_tensor(all_args) or getattr(fn, "__name__", "") in _FACTORY_NAMES:
             return graph_call(tx, "call_function", fn, list(args), dict(kwargs))

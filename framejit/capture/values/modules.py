@@ -194,3 +194,46 @@ class _ModuleHelperMethod(Value):
             raise Unsupported(f"calling {self.describe()}() with arguments")
         return self.mod.call_named(tx, self.name)
 
+
+# -- modules created in the function ----------------------------------------------------------
+
+def create_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> ModuleValue:
+    """``nn.Softmax(dim=-1)(w)``: a torch.nn module with neither parameters nor buffers, built
+    from constant arguments, is a fixed function of its arguments. It is built once, now, and
+    its forward inlined. Modules with state (random initial weights) cannot be captured so."""
+    name = f"creating the module {cls.__name__}() inside the compiled function"
+    hint = "create modules in __init__, outside the compiled function"
+    if not (getattr(cls, "__module__", "") or "").startswith("torch.nn."):
+        raise Unsupported(name, hint)
+    try:
+        a = [v.as_constant() for v in args]
+        k = {n: v.as_constant() for n, v in kwargs.items()}
+    except Unsupported:
+        raise Unsupported(f"{name}, from arguments not known at capture time", hint) from None
+    import torch
+    with torch.random.fork_rng(devices=[]):  # building it must not move the user's random stream
+        try:
+            mod = cls(*a, **k)
+        except Exception as e:
+            raise Unsupported(f"{name} ({type(e).__name__}: {e})", hint) from e
+    if any(m._parameters or m._buffers for m in mod.modules()):
+        raise Unsupported(f"{name}, which has parameters or buffers", hint)
+    from ..sources import ObjectSource
+    return CreatedModuleValue(mod, ObjectSource(mod))
+
+
+class CreatedModuleValue(ModuleValue):
+    """A stateless module built in the function (see :func:`create_module`). Returned, or kept
+    across a graph break, it is that one object on every call (so the resume function's identity
+    guard holds), where eager builds a new one; no state of it can change unnoticed: writes to
+    it are not captured and what forward reads of it is guarded."""
+
+    __slots__ = ()
+
+    def describe(self):
+        return f"the module {type(self.module).__name__}() created in the function"
+
+    def setattr(self, tx, name, value):
+        raise Unsupported(f"assigning .{name} on {self.describe()}",
+                          "create the module in __init__, outside the compiled function")
+
