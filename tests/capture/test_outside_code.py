@@ -168,3 +168,103 @@ def test_module_with_parameters_created_in_forward_still_breaks(stats):
     assert_close_to_eager(out, expected)  # the random stream is eager's
     reasons = [m for _, m in stats.fallback_reasons + stats.break_reasons]
     assert any("creating the module Linear()" in m for m in reasons), reasons
+
+
+# -- collections.namedtuple made in the function, dict.fromkeys -----------------------------------
+
+
+def test_namedtuple_class_made_in_the_function(check):
+    def f(x):
+        Pair = collections.namedtuple("Pair", ["a", "b"], defaults=[2.0])
+        p = Pair(x, x + 1)
+        q = Pair(a=x)
+        return p.a * p.b + q.b, p._replace(a=x * 3).a
+
+    check(f, torch.randn(3))
+
+
+def test_namedtuple_class_kept_across_a_break_does_not_recompile(stats):
+    def f(x):
+        Pair = collections.namedtuple("Pair", "a b")
+        p = Pair(x, x + 1)
+        print("break")
+        return p.a * p.b, Pair(x, x)
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for _ in range(4):
+        x = torch.randn(3)
+        out, pair = compiled(x)
+        assert_close_to_eager(out, x * (x + 1))
+        assert type(pair).__name__ == "Pair" and pair._fields == ("a", "b")
+        assert type(pair).__module__ == __name__
+    assert (stats.graphs, stats.graph_breaks, stats.recompiles, stats.eager_frames) == (2, 1, 0, 0)
+
+
+def test_dict_fromkeys(check):
+    def f(x):
+        d = dict.fromkeys(["a", "b"], 0)
+        d["a"] = x
+        e = collections.OrderedDict.fromkeys("xy")
+        return d["a"] + d["b"], list(e), dict.fromkeys(range(2))
+
+    check(f, torch.randn(3))
+
+
+# -- torch predicates and flags -------------------------------------------------------------------
+
+
+def test_torch_type_predicates_without_tensor_arguments(check):
+    def f(x, n):
+        a = torch.is_tensor([x]) or torch.is_tensor(None) or torch.is_tensor(n)
+        b = torch.is_storage(None) or torch.jit.isinstance(x, torch.Tensor)
+        names = torch.jit.annotate(list[str], [])
+        names.append("y")
+        y = torch.jit.annotate(torch.Tensor, x)
+        return y + int(a) + int(b), names
+
+    check(f, torch.randn(3), 2)
+
+
+def test_global_state_queries_are_guarded(stats):
+    def f(x):
+        if torch.are_deterministic_algorithms_enabled():
+            x = x + 1
+        if torch.cuda.is_available() or torch.distributed.is_available() and torch.distributed.is_initialized():
+            x = x + 10
+        return x * 2
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(3)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        assert_close_to_eager(compiled(x), f(x))
+        torch.use_deterministic_algorithms(not before)
+        assert_close_to_eager(compiled(x), f(x))
+    finally:
+        torch.use_deterministic_algorithms(before)
+    assert_close_to_eager(compiled(x), f(x))
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames, stats.recompiles) == (2, 0, 0, 1)
+
+
+def test_torch_backends_flags_are_read_and_guarded(stats):
+    def f(x):
+        if torch.backends.cuda.matmul.allow_tf32 or not torch.backends.cudnn.enabled:
+            return x + 1
+        if torch.backends.cudnn.is_available() and torch.backends.mha.get_fastpath_enabled():
+            return x - 1
+        return x * torch.backends.cudnn.allow_tf32
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(3)
+    assert_close_to_eager(compiled(x), f(x))
+    assert_close_to_eager(compiled(x), f(x))
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames, stats.recompiles) == (1, 0, 0, 0)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = not old
+    try:
+        assert_close_to_eager(compiled(x), f(x))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    with torch.backends.cudnn.flags(enabled=not torch.backends.cudnn.enabled):
+        assert_close_to_eager(compiled(x), f(x))
+    assert stats.recompiles == 2 and stats.eager_frames == 0

@@ -38,6 +38,7 @@ from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_t
 from .modules import ModuleValue
 from .numbers import deferred_number
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
+from .torch_queries import BackendFlagsValue, is_backend_flags
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
                    torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice,
@@ -133,6 +134,9 @@ def _wrap(tx, obj, source: Source) -> Value:
             return {k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}
 
         return DictValue({}, source).defer(dict_items)
+    if is_backend_flags(obj):
+        out.guards.add(G.IdGuard(source, obj))
+        return BackendFlagsValue(obj, source)
     if isinstance(obj, types.ModuleType):
         out.guards.add(G.IdGuard(source, obj))
         return PythonModuleValue(obj, source, trusted=is_library_module(obj))
@@ -239,6 +243,8 @@ def wrap_sourceless(tx, obj) -> Value:
         return borrowed(ListValue([wrap_sourceless(tx, x) for x in obj]), obj)
     if t is dict:
         return borrowed(DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()}), obj)
+    if is_backend_flags(obj):
+        return BackendFlagsValue(obj)
     if isinstance(obj, types.ModuleType):
         return PythonModuleValue(obj, None, trusted=True)
     if isinstance(obj, enum.Enum):

@@ -14,6 +14,7 @@ from .base import CellValue, Value, const
 from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
 from .tensor import TensorValue, graph_call
+from .torch_queries import torch_query
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
 _IMMUTABLE = (str, int, float, bool, complex, bytes, tuple, frozenset, range, slice, torch.Size,
@@ -392,6 +393,9 @@ class TorchFunctionValue(Value):
             return _group_by_device_and_dtype(tx, *args, **kwargs)
         if fn in _TENSOR_QUERIES and len(args) == 1 and not kwargs and isinstance(args[0], TensorValue):
             return const(fn(args[0].example))
+        answer = torch_query(tx, fn, args, kwargs)
+        if answer is not None:
+            return answer
         if fn in _TORCH_FOLD:
             a, k = _constants(args, kwargs)
             return const(fn(*a, **k))
