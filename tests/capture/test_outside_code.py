@@ -268,3 +268,96 @@ def test_torch_backends_flags_are_read_and_guarded(stats):
     with torch.backends.cudnn.flags(enabled=not torch.backends.cudnn.enabled):
         assert_close_to_eager(compiled(x), f(x))
     assert stats.recompiles == 2 and stats.eager_frames == 0
+
+
+# -- module subclasses with their own __getitem__, ParameterDict ----------------------------------
+
+
+class Stack(torch.nn.Module):
+    """A module that indexes its layers through its own __getitem__/__len__/__iter__."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    def forward(self, x):
+        x = self[0](x)
+        for i in range(1, len(self)):
+            x = self[i](x).relu()
+        return sum(layer(x) for layer in self)
+
+
+class MyModuleList(torch.nn.ModuleList):
+    def __getitem__(self, idx):
+        return super().__getitem__(idx % len(self))
+
+
+def test_module_with_its_own_getitem(check):
+    check(Stack(), torch.randn(2, 4))
+
+
+def test_module_list_subclass_overriding_getitem(check):
+    layers = MyModuleList([torch.nn.Linear(3, 3), torch.nn.Tanh()])
+
+    def f(x):
+        return layers[3](layers[0](x))
+
+    check(f, torch.randn(2, 3))
+
+
+class Scales(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scales = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.randn(3)),
+                                              "b": torch.nn.Parameter(torch.randn(3))})
+
+    def forward(self, x):
+        y = x * self.scales["a"] + self.scales["b"]
+        if "c" not in self.scales and "a" in self.scales:
+            y = y + sum(p.sum() for p in self.scales.values())
+        for k in self.scales:
+            y = y * self.scales[k]
+        return y + len(self.scales) + sum(v.mean() for _, v in self.scales.items())
+
+
+def test_parameter_dict_indexing(check):
+    m = Scales()
+    check(m, torch.randn(2, 3))
+    out = framejit.compile(m)(torch.randn(2, 3))
+    out.sum().backward()  # gradients reach the dict's parameters
+    assert m.scales["a"].grad is not None
+
+
+# -- a staticmethod forward -----------------------------------------------------------------------
+
+
+class StaticForward(torch.nn.Module):
+    @staticmethod
+    def forward(x, scale=2.0):
+        return torch.relu(x) * scale
+
+
+class UsesStatic(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = StaticForward()
+
+    def forward(self, x):
+        return self.act(x) + self.act(x, scale=3.0) + self.act.forward(x)
+
+
+def test_staticmethod_forward(check):
+    check(StaticForward(), torch.randn(4))
+
+
+def test_staticmethod_forward_of_a_submodule(check):
+    check(UsesStatic(), torch.randn(4))

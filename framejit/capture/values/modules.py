@@ -100,9 +100,22 @@ class ModuleValue(Value):
     def pinned_object(self):
         return self.module
 
+    def _user_dunder(self, name: str):
+        """``name`` (``__getitem__``, ``__len__``...) when the module's class defines it in Python
+        outside torch.nn (torch's containers are handled here directly)."""
+        fn = inspect.getattr_static(type(self.module), name, None)
+        if isinstance(fn, types.FunctionType) and not (fn.__module__ or "").startswith("torch.nn."):
+            return fn
+        return None
+
     def contains(self, tx, item):
+        fn = self._user_dunder("__contains__")
+        if fn is not None:
+            return tx.inline_function(fn, [self, item], {}).truthy(tx)
         if isinstance(self.module, nn.ModuleDict):
             return item.as_constant() in self.module._modules
+        if isinstance(self.module, nn.ParameterDict):
+            return item.as_constant() in self.module._keys
         return super().contains(tx, item)
 
     def call(self, tx, args, kwargs):
@@ -116,6 +129,9 @@ class ModuleValue(Value):
         if forward is not None:
             from .builder import wrap
             return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+        static = inspect.getattr_static(type(mod), "forward", None)
+        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+            return tx.inline_function(static.__func__, list(args), kwargs)  # no self
         fn = type(mod).forward
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"{self.describe()} has no Python forward()")
@@ -126,6 +142,11 @@ class ModuleValue(Value):
 
     def iterate(self, tx):
         mod = self.module
+        fn = self._user_dunder("__iter__")
+        if fn is not None:
+            return tx.inline_function(fn, [self], {}).iterate(tx)
+        if isinstance(mod, nn.ParameterDict):
+            return [const(k) for k in mod._keys]
         if isinstance(mod, (nn.Sequential, nn.ModuleList)):
             return self._children(tx)
         if isinstance(mod, nn.ModuleDict):
@@ -135,11 +156,22 @@ class ModuleValue(Value):
         raise Unsupported(f"iterating over {self.describe()}")
 
     def length(self, tx):
+        fn = self._user_dunder("__len__")
+        if fn is not None:
+            return tx.inline_function(fn, [self], {}).as_constant()
         return len(self.module)
 
     def getitem(self, tx, key):
         mod = self.module
+        fn = self._user_dunder("__getitem__")
+        if fn is not None:
+            return tx.inline_function(fn, [self, key], {})
         k = key.as_constant()
+        if isinstance(mod, nn.ParameterDict) and isinstance(k, str):
+            if k not in mod._keys:
+                from .exceptions import raise_python
+                raise_python(KeyError, k)
+            return self.getattr(tx, k)  # a parameter, a buffer or a plain attribute
         if isinstance(mod, nn.ModuleDict):
             return self._member(tx, "_modules", k)
         if isinstance(mod, (nn.Sequential, nn.ModuleList)) and isinstance(k, int):
@@ -167,6 +199,14 @@ class ModuleValue(Value):
             return ListValue(self._children(tx))
         if name in ("items",) and isinstance(mod, nn.ModuleDict):
             return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+        if isinstance(mod, nn.ParameterDict) and name in ("keys", "values", "items"):
+            keys = list(mod._keys)
+            if name == "keys":
+                return ListValue([const(k) for k in keys])
+            values = [self.getattr(tx, k) for k in keys]
+            if name == "values":
+                return ListValue(values)
+            return ListValue([TupleValue([const(k), v]) for k, v in zip(keys, values)])
         return None
 
 
