@@ -361,3 +361,67 @@ def test_staticmethod_forward(check):
 
 def test_staticmethod_forward_of_a_submodule(check):
     check(UsesStatic(), torch.randn(4))
+
+
+# -- min/max on tensors ---------------------------------------------------------------------------
+
+
+def test_min_max_of_one_element_tensors(check):
+    def f(a, b, c):
+        return min(a, b) + max(a, b, c) * 2 + max([c, b, a]) - min(a.reshape(1), b.reshape(1))
+
+    check(f, torch.tensor(1.0), torch.tensor(-2.0), torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("values", [(1.0, 1.0, 2.0), (2.0, 1.0, 1.0), (float("nan"), 1.0, 0.0),
+                                    (1.0, float("nan"), 0.0)])
+def test_min_max_pick_the_item_python_picks(values, stats):
+    def f(a, b, c):
+        return min(a, b, c), max(a, b, c), max(c, b, a)
+
+    args = [torch.tensor(v) for v in values]
+    out = framejit.compile(f, backend=RecordingBackend())(*args)
+    for a, b in zip(out, f(*args)):
+        torch.testing.assert_close(a, b, equal_nan=True)  # NaN compares false, as in Python
+    assert stats.graph_breaks == 0 and stats.graphs == 1
+
+
+def test_min_max_with_a_tensor_key(check):
+    def f(ts):
+        return max(ts, key=lambda t: t.sum()) - min(ts, key=lambda t: t.abs().max())
+
+    check(f, [torch.randn(2, 3) for _ in range(4)])
+
+
+def test_min_max_over_a_tensor(check):
+    def f(x):
+        return min(x) * max(x)
+
+    check(f, torch.randn(5))
+
+
+def test_min_max_keys_that_are_not_tensors_still_fold(check):
+    def f(ts):
+        return max(ts, key=lambda t: t.shape[0]) + min(t.dim() for t in ts)
+
+    check(f, [torch.randn(2), torch.randn(3), torch.randn(3)])
+
+
+def test_min_max_of_a_tensor_and_a_number_breaks(stats):
+    def f(x):
+        return max(x, 0.5) * 2
+
+    x = torch.tensor(0.25)
+    assert f(x) == 1.0 and type(max(x, 0.5)) is float  # the result's type depends on the values
+    assert framejit.compile(f)(x) == 1.0
+    assert framejit.compile(f)(torch.tensor(2.0)) == 4.0
+    reasons = [m for _, m in stats.break_reasons]
+    assert any("max() comparing tensors" in m for m in reasons), reasons
+
+
+def test_min_max_of_several_element_tensors_raise_like_eager():
+    def f(x, y):
+        return max(x, y)
+
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        framejit.compile(f)(torch.randn(3), torch.randn(3))
