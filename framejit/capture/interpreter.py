@@ -344,9 +344,16 @@ def sequence_operator(tx, fn, args: list[Value]) -> Value:
         if fn in (operator.add, operator.iadd) and isinstance(b, ConstantValue) and isinstance(a, SequenceValue) \
                 and isinstance(b.value, (tuple, list)):
             return type(a)(a.items + [const(x) for x in b.value]) if not isinstance(a, TupleValue) else TupleValue(a.items + [const(x) for x in b.value])
-        if fn is operator.mul and isinstance(a, SequenceValue) and b.is_constant():
-            items = a.items * b.as_constant()
-            return TupleValue(items) if isinstance(a, TupleValue) else ListValue(items)
+        if fn in (operator.mul, operator.imul):
+            # [x] * 4, 4 * [x] (reflected), and l *= 2 (in place on a list).
+            seq, count = (a, b) if isinstance(a, SequenceValue) else (b, a)
+            if isinstance(seq, SequenceValue) and count.is_constant() and isinstance(count.as_constant(), int):
+                items = seq.items * count.as_constant()
+                if fn is operator.imul and seq is a and isinstance(a, ListValue):
+                    a._check_mutable("*=", tx)
+                    a.items[:] = items
+                    return a
+                return TupleValue(items) if isinstance(seq, TupleValue) else ListValue(items)
     names = " and ".join(a.describe() for a in args)
     raise Unsupported(f"operator {_op_symbol(fn)} on {names}")
 

@@ -425,3 +425,56 @@ def test_min_max_of_several_element_tensors_raise_like_eager():
 
     with pytest.raises(RuntimeError, match="ambiguous"):
         framejit.compile(f)(torch.randn(3), torch.randn(3))
+
+
+# -- sequence repetition, function attributes -----------------------------------------------------
+
+
+def test_sequence_repetition_with_the_count_first(check):
+    def f(x, xs):
+        parts = 4 * [x]
+        pair = 2 * (x, x + 1)
+        xs *= 2
+        return torch.cat(parts + list(pair)), len(xs), xs
+
+    check(f, torch.randn(2), [torch.randn(1)])
+
+
+def _helper(x):
+    return x + 1
+
+
+_helper.enabled = True
+_helper.scale = 3
+
+
+def _plain(x):
+    return x
+
+
+def test_truth_of_a_function_attribute(check):
+    def f(x):
+        if _helper.enabled and getattr(_plain, "enabled", False) is False:
+            x = _helper(x) * _helper.scale
+        if hasattr(_plain, "scale"):
+            x = x * 100
+        if _plain and (lambda: 0) and torch.nn.Linear.forward:
+            x = x - 1
+        return x
+
+    check(f, torch.randn(3))
+
+
+def test_function_attribute_is_guarded(stats):
+    def f(x):
+        return x * 2 if _helper.enabled else x * 3
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(3)
+    assert_close_to_eager(compiled(x), x * 2)
+    _helper.enabled = False
+    try:
+        assert_close_to_eager(compiled(x), x * 3)
+    finally:
+        _helper.enabled = True
+    assert stats.recompiles == 1 and stats.graph_breaks == 0

@@ -66,7 +66,34 @@ class UserFunctionValue(Value):
             return const(getattr(self.fn, name))
         if name == "__get__":
             return FunctionGetValue(self.fn)
+        if name in self.fn.__dict__:
+            # An attribute set on the function (``helper.enabled = True``): read and guarded
+            # like any attribute of an outside object.
+            from ..sources import AttrSource, ObjectSource
+            from .builder import wrap
+            base = self.source if self.source is not None else ObjectSource(self.fn)
+            return wrap(tx, self.fn.__dict__[name], AttrSource(base, name))
+        if not hasattr(self.fn, name):
+            self._guard_has(tx, name, False)
+            from .exceptions import raise_python
+            raise_python(AttributeError, f"'function' object has no attribute '{name}'")
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def hasattr(self, tx, name):
+        """Whether the function has attribute ``name``, guarded (attributes can be set later)."""
+        found = hasattr(self.fn, name)
+        self._guard_has(tx, name, found)
+        return found
+
+    def _guard_has(self, tx, name, found: bool):
+        import builtins
+
+        from ..guards import EqualsGuard
+        from ..sources import CallSource
+        tx.output.guards.add(EqualsGuard(CallSource(builtins.hasattr, (self.fn, name)), found))
+
+    def truthy(self, tx):
+        return True  # functions define neither __bool__ nor __len__
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -140,6 +167,9 @@ class NestedFunctionValue(Value):
     def python_type(self):
         return types.FunctionType
 
+    def truthy(self, tx):
+        return True
+
     def call(self, tx, args, kwargs):
         return tx.inline_code(
             self.code, self.globals, args, kwargs,
@@ -162,6 +192,9 @@ class MethodValue(Value):
 
     def python_type(self):
         return types.MethodType
+
+    def truthy(self, tx):
+        return True
 
     def reconstruct(self, cg):
         if self.source is not None:
