@@ -454,6 +454,11 @@ class TorchFunctionValue(Value):
         # A torch function or class is a fixed object (e.g. torch.Tensor in isinstance()).
         return self.fn
 
+    def truthy(self, tx):
+        if isinstance(self.fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+            return True
+        return super().truthy(tx)
+
     def pinned_object(self):
         return self.fn
 
