@@ -478,3 +478,76 @@ def test_function_attribute_is_guarded(stats):
     finally:
         _helper.enabled = True
     assert stats.recompiles == 1 and stats.graph_breaks == 0
+
+
+# -- numbers computed by .item() and carried across the break -------------------------------------
+
+
+def test_item_in_a_condition_compiles_once_per_outcome(stats):
+    def f(y):  # the README's pattern
+        if y.sum().item() > 0:
+            return y * 2
+        return y - 1
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for i in range(20):
+        y = torch.randn(4) + (1 if i % 2 else -1) * 3
+        assert_close_to_eager(compiled(y), f(y))
+    assert stats.eager_frames == 0 and stats.graph_breaks >= 1
+    assert stats.recompiles <= 1 and stats.graphs <= 3, stats
+
+
+def test_item_in_tensor_arithmetic_is_a_graph_input(stats):
+    def f(t):
+        s = t.sum().item()
+        u = t * s + s / 2 - 1 / (1 + s * 0 + 1) + (s ** 2 - 1 if s > 0 else 1 - s)
+        return u * t.max().item()
+
+    backend = RecordingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for _ in range(20):
+        t = torch.randn(3)
+        assert_close_to_eager(compiled(t), f(t))
+    # One more version of the first resume function for the other side of `s > 0`.
+    assert stats.eager_frames == 0 and stats.recompiles == 1
+    assert stats.graphs == 4, stats
+    placeholders = [n.name for n in backend.graphs[1].graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == 2, placeholders  # t and the carried number
+
+
+def test_item_times_a_tensor(stats):
+    def f(t):
+        return t * t.sum().item()
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for _ in range(10):
+        t = torch.randn(3)
+        assert_close_to_eager(compiled(t), f(t))
+    assert (stats.graphs, stats.recompiles, stats.eager_frames) == (2, 0, 0)
+
+
+def test_item_dtypes_follow_python_numbers(stats):
+    def f(i, h, d):
+        n = i.sum().item()          # an int
+        x = h.sum().item()          # a float
+        return i * n, h * x, i * x, d * x, (h > x), i // max(n, 1)
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for k in range(5):
+        args = (torch.arange(4) + k, torch.randn(3, dtype=torch.float16), torch.randn(2, dtype=torch.float64))
+        out, expected = compiled(*args), f(*args)
+        assert [t.dtype for t in out] == [t.dtype for t in expected]
+        assert_close_to_eager(out, expected)
+    assert stats.eager_frames == 0
+
+
+def test_item_used_as_a_size_is_guarded_on_its_value(stats):
+    def f(t):
+        n = int(t.sum().item())
+        return torch.ones(n) * 2
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for n in (2, 3, 2):
+        t = torch.tensor([float(n)])
+        assert_close_to_eager(compiled(t), f(t))
+    assert stats.eager_frames == 0 and stats.recompiles == 1

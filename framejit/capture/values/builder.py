@@ -36,7 +36,7 @@ from .contexts import (
 )
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
-from .numbers import deferred_number
+from .numbers import deferred_number, is_carried
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
 from .torch_queries import BackendFlagsValue, is_backend_flags
 
@@ -108,7 +108,7 @@ def _wrap(tx, obj, source: Source) -> Value:
         out.guards.add(G.IdGuard(source, obj))
         return ModuleValue(obj, source)
     if type(obj) in (int, float):
-        return deferred_number(out, obj, source)
+        return deferred_number(out, obj, source, carried=is_carried(tx, source))
     if _is_constant(obj):
         out.guards.add(G.EqualsGuard(source, obj))
         return ConstantValue(obj, source)

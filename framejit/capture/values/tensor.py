@@ -232,10 +232,13 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result.
     ``run_example(convert)``, when given, computes the example result instead (on fake tensors)."""
     from .containers import DictValue, ListValue, TupleValue
+    from .numbers import NumberInputValue, as_graph_inputs
+
+    args, kwargs = as_graph_inputs(tx, kind, target, args, kwargs)
 
     def convert(v, tensor):
         """Arguments as the op sees them: tensors through ``tensor``, containers rebuilt."""
-        if isinstance(v, TensorValue):
+        if isinstance(v, (TensorValue, NumberInputValue)):
             return tensor(v)
         if isinstance(v, (TupleValue, ListValue)):
             seq = [convert(x, tensor) for x in v.items]
@@ -443,6 +446,8 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
         mode = tx.output.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
 
     def fake(t):
+        if not isinstance(t.example, torch.Tensor):
+            return t.example  # a number input
         return FakeTensor(mode, t.example, t.device)
 
     fake_args = [convert(a, fake) for a in args]
