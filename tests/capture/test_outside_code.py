@@ -67,6 +67,17 @@ def test_autograd_function_apply_is_one_graph_with_eager_gradients(stats):
     assert stats.recompiles == 0
 
 
+bloom_gelu = BloomGelu.apply  # the function kept under a name of its own
+
+
+def test_autograd_function_apply_kept_as_a_global(stats):
+    def f(x):
+        return bloom_gelu(x + 1).sum(-1)
+
+    _grads_match(f, (3, 4))
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+
+
 def test_autograd_function_with_several_outputs_and_a_number(stats):
     def f(x):
         a, b = ScaleGrad.apply(x + 1, 3.0)

@@ -146,6 +146,13 @@ def _wrap(tx, obj, source: Source) -> Value:
     if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
         out.guards.add(G.IdGuard(source, obj))
         return ClassValue(obj, source)
+    if t is types.MethodType and is_custom_function_apply(obj.__self__, obj.__name__):
+        from ..sources import AttrSource
+        from .autograd_function import AutogradFunctionApplyValue
+        out.guards.add(G.TypeGuard(source, t))
+        out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
+        out.guards.add(G.IdGuard(AttrSource(source, "__self__"), obj.__self__))
+        return AutogradFunctionApplyValue(obj.__self__)
     if t is types.MethodType and type(obj.__func__) is types.FunctionType:
         # A bound Python method (a new object on every attribute read): its function is
         # guarded and its object read through ``__self__``.
