@@ -552,6 +552,20 @@ def test_item_dtypes_follow_python_numbers(stats):
     assert stats.eager_frames == 0
 
 
+def test_item_in_computed_comparisons_and_returned(stats):
+    def f(t):
+        s = t.sum().item()
+        flag = 0 < s
+        big = (s * 2) > 1  # computed from the number: guarded on the number's value
+        return t * s if flag else t, s, flag, s + 1, big
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for _ in range(6):
+        t = torch.randn(3)
+        assert_close_to_eager(compiled(t), f(t))
+    assert stats.eager_frames == 0
+
+
 def test_item_used_as_a_size_is_guarded_on_its_value(stats):
     def f(t):
         n = int(t.sum().item())

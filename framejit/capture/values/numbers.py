@@ -90,7 +90,7 @@ class DeferredNumber(ConstantValue):
     def _compare(self, tx, fn, other, reflected):
         """``v > 0`` on a carried number: the answer, guarded on the comparison's outcome."""
         op = _COMPARISONS.get(fn)
-        if op is None or not self.carried or self._realize is None \
+        if op is None or not self.carried or self._realize is None or self.source is None \
                 or not (type(other) is ConstantValue and type(other.value) in _NUMBER_TYPES
                         and abs(other.value) < float("inf")):  # a literal in guard code
             return None
@@ -203,7 +203,8 @@ def _graph_node(tx, number: DeferredNumber):
 def _placeholder(tx, number: DeferredNumber):
     out = tx.output
     graph = out.graph
-    name = number.source.name().strip("_") or "number"
+    from ..output import _identifier
+    name = _identifier(number.source.name())
     anchor = next((n for n in graph.nodes if n.op != "placeholder"), None)
     if anchor is not None:
         with graph.inserting_before(anchor):

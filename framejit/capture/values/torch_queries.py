@@ -10,6 +10,7 @@ flag flipped between calls recompiles instead of reusing a graph built for the o
 
 from __future__ import annotations
 
+import enum
 import re
 import types
 
@@ -63,7 +64,7 @@ def is_backend_flags(obj) -> bool:
     """A module of torch.backends, or one of its flag holders (``torch.backends.cuda.matmul``)."""
     if isinstance(obj, types.ModuleType):
         name = obj.__name__
-    elif isinstance(obj, type):
+    elif isinstance(obj, (type, enum.Enum)):
         return False
     else:
         name = type(obj).__module__ or ""
