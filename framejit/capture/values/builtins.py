@@ -79,6 +79,12 @@ class BuiltinValue(Value):
     def pinned_object(self):
         return self.fn
 
+    def truthy(self, tx):
+        t = type(self.fn)
+        if not hasattr(t, "__bool__") and not hasattr(t, "__len__"):
+            return True  # a fixed object (guarded by identity) whose type makes it always true
+        return super().truthy(tx)
+
     def hasattr(self, tx, name):
         return hasattr(self.fn, name)
 

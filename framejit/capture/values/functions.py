@@ -455,8 +455,9 @@ class TorchFunctionValue(Value):
         return self.fn
 
     def truthy(self, tx):
-        if isinstance(self.fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
-            return True
+        t = type(self.fn)
+        if not hasattr(t, "__bool__") and not hasattr(t, "__len__"):
+            return True  # a fixed object (guarded by identity) whose type makes it always true
         return super().truthy(tx)
 
     def pinned_object(self):

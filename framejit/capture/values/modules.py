@@ -245,6 +245,9 @@ def create_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) ->
     hint = "create modules in __init__, outside the compiled function"
     if not (getattr(cls, "__module__", "") or "").startswith("torch.nn."):
         raise Unsupported(name, hint)
+    if "device" in kwargs or "dtype" in kwargs:
+        # Parameters (whose initialisation would draw from a device's random stream).
+        raise Unsupported(f"{name}, which has parameters or buffers", hint)
     try:
         a = [v.as_constant() for v in args]
         k = {n: v.as_constant() for n, v in kwargs.items()}
