@@ -566,6 +566,21 @@ def test_item_in_computed_comparisons_and_returned(stats):
     assert stats.eager_frames == 0
 
 
+def test_item_through_int_float_abs_and_negation(stats):
+    def f(t, i):
+        n = int(i.sum().item())
+        s = t.sum().item()
+        return t * n + i * -n + t * abs(s) + t * float(n) - round(s) * t + (+s) * t
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for k in range(8):
+        t, i = torch.randn(3), torch.arange(3) * k - 4
+        out, expected = compiled(t, i), f(t, i)
+        assert out.dtype == expected.dtype
+        assert_close_to_eager(out, expected)
+    assert stats.eager_frames == 0 and stats.recompiles == 0, stats
+
+
 def test_item_used_as_a_size_is_guarded_on_its_value(stats):
     def f(t):
         n = int(t.sum().item())

@@ -87,6 +87,12 @@ class Value:
         rules (tensors become graph nodes, constants fold)."""
         return None
 
+    def unary_op(self, tx: Translator, fn) -> Value | None:
+        """``fn(self)`` for a one-argument operator or builtin (``-v``, ``int(v)``) for kinds that
+        keep such results symbolic (numbers carried across a graph break); None for the
+        default rules."""
+        return None
+
     def reconstruct(self, cg) -> str:
         """A Python expression that produces this value in the generated entry function."""
         if self.source is not None:

@@ -584,8 +584,16 @@ def _bi_bool(tx, args, kwargs):
     return const(args[0].truthy(tx)) if args else const(False)
 
 
+def _carried(tx, fn, args, kwargs) -> Value | None:
+    """``int(v)``, ``abs(v)``, ``round(v)`` of a number carried across a graph break."""
+    return args[0].unary_op(tx, fn) if len(args) == 1 and not kwargs else None
+
+
 def _numeric_cast(fn):
     def handler(tx, args, kwargs):
+        kept = _carried(tx, fn, args, kwargs)
+        if kept is not None:
+            return kept
         if args and isinstance(args[0], TensorValue):
             raise Unsupported(f"{fn.__name__}() of a tensor (reads its value into Python)",
                               "keep the value as a tensor, or move this line outside the compiled function")
@@ -604,9 +612,26 @@ _BUILTIN_HANDLERS[float] = _numeric_cast(float)
 @handles(abs)
 def _bi_abs(tx, args, kwargs):
     _arity("abs", args, kwargs, 1, 1)
+    kept = _carried(tx, abs, args, kwargs)
+    if kept is not None:
+        return kept
     if isinstance(args[0], TensorValue):
         return graph_call(tx, "call_function", torch.abs, [args[0]], {})
     return const(abs(args[0].as_constant()))
+
+
+@handles(round)
+def _bi_round(tx, args, kwargs):
+    kept = _carried(tx, round, args, kwargs)
+    if kept is not None:
+        return kept
+    if not all(v.is_constant() for v in (*args, *kwargs.values())):
+        raise Unsupported(f"calling round({', '.join(a.describe() for a in args)})")
+    a, k = _constants(args, kwargs)
+    try:
+        return const(round(*a, **k))
+    except Exception as e:
+        raise Unsupported(f"round() raises {type(e).__name__}: {e}") from e
 
 
 # -- functools, itertools, operator ------------------------------------------------------------

@@ -24,6 +24,7 @@ _SYMBOLS = {
     operator.pow: "**", operator.ipow: "**",
 }
 _NUMBER_TYPES = (int, float)
+_UNARY = {operator.neg, operator.pos, abs, int, float, round}
 
 
 class DeferredNumber(ConstantValue):
@@ -39,7 +40,7 @@ class DeferredNumber(ConstantValue):
         #: constant, guarded on the comparison's outcome only.
         self.carried = carried
         self.node = None         # its graph node, once it is a graph operand
-        self._parts = parts      # (fn, a, b) for a number computed from carried ones
+        self._parts = parts      # (fn, *operands) for a number computed from carried ones
 
     @property
     def value(self):
@@ -86,6 +87,23 @@ class DeferredNumber(ConstantValue):
 
         carried = any(d.carried for d in deps)
         return DeferredNumber(raw, None, realize, expr, carried=carried, parts=(fn, a, b) if carried else None)
+
+    def unary_op(self, tx, fn):
+        """``-v``, ``int(v)``, ``abs(v)`` of a carried number: still a graph operand."""
+        if fn not in _UNARY or not self.carried or self._realize is None:
+            return None
+        try:
+            raw = fn(self._raw)
+        except Exception:
+            return None
+
+        def realize():
+            self.value  # noqa: B018
+
+        def expr(cg):
+            return f"{cg.const_name(fn)}({cg.expr(self)})"
+
+        return DeferredNumber(raw, None, realize, expr, carried=True, parts=(fn, self))
 
     def _compare(self, tx, fn, other, reflected):
         """``v > 0`` on a carried number: the answer, guarded on the comparison's outcome."""
@@ -191,9 +209,9 @@ def _graph_node(tx, number: DeferredNumber):
         return number.node
     if number._parts is None:
         return _placeholder(tx, number)
-    fn, a, b = number._parts
+    fn, *parts = number._parts
     operands = tuple(_graph_node(tx, v) if isinstance(v, DeferredNumber) and v.carried else v.value
-                     for v in (a, b))
+                     for v in parts)
     node = tx.output.graph.call_function(fn, operands)
     node.meta["val"] = number._raw
     number.node = node
