@@ -67,7 +67,9 @@ def is_backend_flags(obj) -> bool:
     elif isinstance(obj, (type, enum.Enum)):
         return False
     else:
-        name = type(obj).__module__ or ""
+        name = getattr(type(obj), "__module__", None)
+        if not isinstance(name, str):
+            return False
     return name == "torch.backends" or name.startswith("torch.backends.")
 
 
