@@ -591,3 +591,26 @@ def test_item_used_as_a_size_is_guarded_on_its_value(stats):
         t = torch.tensor([float(n)])
         assert_close_to_eager(compiled(t), f(t))
     assert stats.eager_frames == 0 and stats.recompiles == 1
+
+
+def test_bloom_training_step_uses_its_gelu_backward(stats):
+    """transformers' Bloom in train mode calls its GELU autograd.Function: one graph, and the
+    gradients of every parameter equal eager's."""
+    import copy
+    import warnings
+
+    T = pytest.importorskip("transformers")
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = T.BloomForCausalLM(T.BloomConfig(n_layer=2, hidden_size=64, n_head=4, vocab_size=128,
+                                                 hidden_dropout=0.0, attention_dropout=0.0)).train()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(ids).logits.sum().backward()
+        reference(ids).logits.sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
