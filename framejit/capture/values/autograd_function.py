@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import inspect
 import types
-import weakref
 
 import torch
 
@@ -39,19 +38,15 @@ def is_custom_function_apply(cls, name: str) -> bool:
     return True
 
 
-_APPLIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _uncaptured_apply(cls: type):
     """``cls.apply`` as the graph calls it: with capture off (as for ``framejit.disable``), so
-    the user's forward and whatever it calls run as plain Python, not as frames of their own."""
-    fn = _APPLIES.get(cls)
-    if fn is None:
-        from ... import _C
-        fn = _APPLIES[cls] = _C.CompiledFunction(cls.apply, None)
-        # Named after the class; not in a torch module, so graph printers reference it as a global.
-        fn.__name__ = fn.__qualname__ = f"{cls.__name__}_apply"
-        fn.__module__ = __name__
+    the user's forward and whatever it calls run as plain Python, not as frames of their own.
+    (One per capture: a cache keyed by the class would keep the class alive.)"""
+    from ... import _C
+    fn = _C.CompiledFunction(cls.apply, None)
+    # Named after the class; not in a torch module, so graph printers reference it as a global.
+    fn.__name__ = fn.__qualname__ = f"{cls.__name__}_apply"
+    fn.__module__ = __name__
     return fn
 
 
