@@ -524,9 +524,9 @@ def _tensor_min_max(tx, op, items: list[Value], keys: list[Value]) -> Value:
     give a tensor or a float depending on the values: that still breaks.)"""
     what = f"{op.__name__}() comparing tensors"
 
-    def kind(v):
+    def kind(v, grad=True):
         e = v.example
-        return (tuple(e.shape), e.dtype, v.device, e.requires_grad)
+        return (tuple(e.shape), e.dtype, v.device, e.requires_grad if grad else None)
 
     if not all(isinstance(v, TensorValue) for v in items) or len({kind(v) for v in items}) != 1:
         raise Unsupported(f"{what}, over values of different kinds (tensors of other shapes, "
@@ -534,15 +534,15 @@ def _tensor_min_max(tx, op, items: list[Value], keys: list[Value]) -> Value:
                           "the result's kind would depend on tensor values; use torch.minimum/"
                           "torch.maximum or torch.where")
     if not all(isinstance(k, TensorValue) and k.example.numel() == 1 for k in keys) \
-            or len({kind(k) for k in keys}) != 1:
+            or len({kind(k, grad=False) for k in keys}) != 1:
         raise Unsupported(f"{what} that are not one-element tensors of one kind",
                           "compare one-element tensors, or use torch.min/torch.max")
     compare = operator.lt if op is min else operator.gt
-    scalar = keys[0].example.dim() != 0
+    reshape = keys[0].example.dim() != 0  # the condition must not broadcast the items
     best, best_key = items[0], keys[0]
     for item, k in zip(items[1:], keys[1:]):
         cond = graph_call(tx, "call_function", compare, [k, best_key], {})
-        if scalar:
+        if reshape:
             cond = graph_call(tx, "call_method", "reshape", [cond, const(())], {})
         best = graph_call(tx, "call_function", torch.where, [cond, item, best], {})
         best_key = best if keys is items else graph_call(tx, "call_function", torch.where, [cond, k, best_key], {})
