@@ -581,6 +581,18 @@ def test_item_through_int_float_abs_and_negation(stats):
     assert stats.eager_frames == 0 and stats.recompiles == 0, stats
 
 
+def test_tolist_items_in_tensor_arithmetic(stats):
+    def f(t):
+        a, b = t[:2].tolist()
+        return t * a + b
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    for _ in range(6):
+        t = torch.randn(3)
+        assert_close_to_eager(compiled(t), f(t))
+    assert (stats.graphs, stats.recompiles, stats.eager_frames) == (2, 0, 0)
+
+
 def test_item_used_as_a_size_is_guarded_on_its_value(stats):
     def f(t):
         n = int(t.sum().item())

@@ -108,7 +108,11 @@ class DeferredNumber(ConstantValue):
     def _compare(self, tx, fn, other, reflected):
         """``v > 0`` on a carried number: the answer, guarded on the comparison's outcome."""
         op = _COMPARISONS.get(fn)
-        if op is None or not self.carried or self._realize is None or self.source is None \
+        from ..sources import LocalSource
+
+        # Only for a frame argument: its type guard then runs before this one (same depth).
+        if op is None or not self.carried or self._realize is None \
+                or not isinstance(self.source, LocalSource) \
                 or not (type(other) is ConstantValue and type(other.value) in _NUMBER_TYPES
                         and abs(other.value) < float("inf")):  # a literal in guard code
             return None
@@ -136,11 +140,14 @@ def deferred_number(out, obj, source, carried=False):
 
 
 def is_carried(tx, source) -> bool:
-    """``source`` is an argument of a resume function being captured as the top frame: a value
-    the frame before the break computed, possibly natively (``.item()``)."""
+    """``source`` is an argument of a resume function being captured as the top frame, or an
+    item of one: a value the frame before the break computed, possibly natively (``.item()``,
+    ``.tolist()``)."""
     from ..resume import origin
-    from ..sources import LocalSource
+    from ..sources import ItemSource, LocalSource
 
+    while isinstance(source, ItemSource):
+        source = source.base
     code = tx.code
     return tx.parent is None and isinstance(source, LocalSource) and origin(code, 0)[0] is not code
 
