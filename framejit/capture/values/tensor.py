@@ -225,6 +225,42 @@ def _type_prefix(device: torch.device) -> str:
     return "cuda." if device.type == "cuda" else ""
 
 
+# -- min()/max() over tensors ---------------------------------------------------------------------
+
+def tensor_min_max(tx, op, items: list[Value], keys: list[Value]) -> Value:
+    """``max(a, b)``, ``min(ts, key=lambda t: t.sum())`` with one-element tensor keys: Python
+    keeps the first item and replaces it by each later one whose key compares ``<`` (min) or
+    ``>`` (max), which reads tensor values. The same choice is made in the graph with
+    ``torch.where``, when the choice cannot change the result's type, shape or dtype: the items
+    are tensors of one kind, the keys one-element tensors of one kind. (A tensor and a number
+    give a tensor or a float depending on the values: that still breaks.)"""
+    what = f"{op.__name__}() comparing tensors"
+
+    def kind(v, grad=True):
+        e = v.example
+        return (tuple(e.shape), e.dtype, v.device, e.requires_grad if grad else None)
+
+    if not all(isinstance(v, TensorValue) for v in items) or len({kind(v) for v in items}) != 1:
+        raise Unsupported(f"{what}, over values of different kinds (tensors of other shapes, "
+                          f"dtypes or devices, or numbers)",
+                          "the result's kind would depend on tensor values; use torch.minimum/"
+                          "torch.maximum or torch.where")
+    if not all(isinstance(k, TensorValue) and k.example.numel() == 1 for k in keys) \
+            or len({kind(k, grad=False) for k in keys}) != 1:
+        raise Unsupported(f"{what} that are not one-element tensors of one kind",
+                          "compare one-element tensors, or use torch.min/torch.max")
+    compare = operator.lt if op is min else operator.gt
+    reshape = keys[0].example.dim() != 0  # the condition must not broadcast the items
+    best, best_key = items[0], keys[0]
+    for item, k in zip(items[1:], keys[1:]):
+        cond = graph_call(tx, "call_function", compare, [k, best_key], {})
+        if reshape:
+            cond = graph_call(tx, "call_method", "reshape", [cond, const(())], {})
+        best = graph_call(tx, "call_function", torch.where, [cond, item, best], {})
+        best_key = best if keys is items else graph_call(tx, "call_function", torch.where, [cond, k, best_key], {})
+    return best
+
+
 # -- recording operations --------------------------------------------------------------------------
 
 def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False,
