@@ -7,6 +7,11 @@ numbers build a runtime expression (``(self.step + 1)``) that the entry function
 the side effect is replayed or the value returned. Anything that needs the actual value (an
 ``if``, a graph operation, a shape, a format) reads ``.value``, which adds the equality guard
 then, as for any constant.
+
+A number a resume function receives (``.item()`` or ``.tolist()`` computed natively at a graph
+break) goes further: where tensor arithmetic uses it, it is a graph input (a Python number the
+graph takes as an argument), and compared with a constant (``if v > 0``) it is guarded on the
+comparison's outcome, so one version serves every value on the same side.
 """
 
 from __future__ import annotations
