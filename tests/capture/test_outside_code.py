@@ -626,3 +626,23 @@ def test_bloom_training_step_uses_its_gelu_backward(stats):
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+
+
+class ReadsValues(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * float(x.sum())  # reads a value: fake tensors cannot run it
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_autograd_function_whose_forward_reads_values_breaks(stats):
+    def f(x):
+        return ReadsValues.apply(x + 1) * 2
+
+    x = torch.randn(3)
+    assert_close_to_eager(framejit.compile(f, backend=RecordingBackend())(x), f(x))
+    reasons = [m for _, m in stats.break_reasons + stats.fallback_reasons]
+    assert any("ReadsValues.apply(), whose forward cannot run on fake tensors" in m for m in reasons), reasons

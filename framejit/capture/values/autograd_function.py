@@ -4,8 +4,11 @@ kernels with a hand-written backward).
 The call is one node of the graph whose target is the class's own ``apply``: when the graph runs,
 torch runs the user's ``forward`` on the real inputs and records the user's ``backward`` for
 autograd, exactly as eager does, so gradients are eager's. Its example result comes from running
-``apply`` on fake tensors (meta tensors that report their real device), as autocast does. The
-class is guarded by identity wherever it was read from (a global, an attribute).
+``apply`` on fake tensors (meta tensors that report their real device), as autocast does, so
+``forward`` also runs once at capture: Python side effects in it (a counter, a print) happen
+once more than in eager. A ``forward`` that fake tensors cannot run (it reads values, calls
+numpy) makes the call a graph break, and it runs as plain Python. The class is guarded by
+identity wherever it was read from (a global, an attribute).
 
 Only classes whose ``forward`` and ``backward`` are plain Python static methods and that keep
 torch's ``apply`` are taken; anything else is inlined or breaks as before.
@@ -76,9 +79,19 @@ class AutogradFunctionApplyValue(Value):
         def run_example(convert):
             return run_on_fake(tx, "call_function", apply, args, kwargs, convert)
 
-        # impure: forward is user code that runs once per call in eager, even if unused.
-        return graph_call(tx, "call_function", apply, list(args), dict(kwargs), impure=True,
-                          run_example=run_example)
+        try:
+            # impure: forward is user code that runs once per call in eager, even if unused.
+            return graph_call(tx, "call_function", apply, list(args), dict(kwargs), impure=True,
+                              run_example=run_example)
+        except Unsupported as e:
+            if e.__cause__ is None:
+                raise
+            raise Unsupported(
+                f"calling {self.describe()}, whose forward cannot run on fake tensors "
+                f"({type(e.__cause__).__name__}: {e.__cause__})".splitlines()[0],
+                "its forward reads tensor values or calls something other than torch operations; "
+                "the call runs as plain Python",
+            ) from e.__cause__
 
     def reconstruct(self, cg):
         return f"{cg.const_name(self.cls)}.apply"
