@@ -646,3 +646,21 @@ def test_autograd_function_whose_forward_reads_values_breaks(stats):
     assert_close_to_eager(framejit.compile(f, backend=RecordingBackend())(x), f(x))
     reasons = [m for _, m in stats.break_reasons + stats.fallback_reasons]
     assert any("ReadsValues.apply(), whose forward cannot run on fake tensors" in m for m in reasons), reasons
+
+
+def test_torch_backends_setters_run_on_every_call(stats):
+    def f(x, on):
+        torch.backends.mha.set_fastpath_enabled(on)
+        return x * 2 if torch.backends.mha.get_fastpath_enabled() else x * 3
+
+    compiled = framejit.compile(f, backend=RecordingBackend())
+    x = torch.randn(3)
+    before = torch.backends.mha.get_fastpath_enabled()
+    try:
+        for on in (True, False, True):
+            assert_close_to_eager(compiled(x, on), x * 2 if on else x * 3)
+            assert torch.backends.mha.get_fastpath_enabled() is on
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+    assert stats.eager_frames == 0
+

@@ -484,7 +484,7 @@ class TorchFunctionValue(Value):
 # with no tensor arguments may have effects (torch.cuda.set_device, torch.cuda.synchronize):
 # those are not folded.
 _FOLDABLE_MODULES = ("torch.nn.functional", "torch.nn.modules", "torch.overrides", "torch.jit",
-                     "torch._jit_internal", "torch.backends.mha", "torch.functional",
+                     "torch._jit_internal", "torch.functional",
                      "torch._utils", "torch.nn.modules.utils", "torch._prims_common",
                      "torch.types", "torch.utils._python_dispatch", "torch.utils._foreach_utils")
 

@@ -40,8 +40,9 @@ STATE_QUERIES = {fn for fn in (_optional(p) for p in (
     "torch.fx._symbolic_trace.is_fx_tracing", "torch.backends.mha.get_fastpath_enabled",
 )) if fn is not None}
 
-#: Function names in torch.backends.* that read a flag or a capability.
-_BACKEND_QUERY = re.compile(r"^(is_|get_)|_enabled$|_allowed$|^version$")
+#: Function names in torch.backends.* that read a flag or a capability (and not the setters:
+#: set_fastpath_enabled).
+_BACKEND_QUERY = re.compile(r"^(?!set_|enable_|disable_|allow_)(is_|get_|.*_enabled$|.*_allowed$|version$)")
 
 
 def fold_state_query(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -114,7 +115,7 @@ class BackendFlagsValue(Value):
             return const(value)
         if is_backend_flags(value):
             return BackendFlagsValue(value)
-        if callable(value) and not isinstance(value, type) and _BACKEND_QUERY.search(name):
+        if callable(value) and not isinstance(value, type) and _BACKEND_QUERY.match(name):
             return StateQueryValue(value)
         return wrap_sourceless(tx, value)
 
