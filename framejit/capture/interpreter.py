@@ -310,6 +310,10 @@ class Translator:
 
     # -- operators ------------------------------------------------------------------------------
     def apply_operator(self, fn, args: list[Value]) -> Value:
+        if len(args) == 1:
+            r = args[0].unary_op(self, fn)
+            if r is not None:
+                return r
         if any(isinstance(a, TensorValue) for a in args):
             return graph_call(self, "call_function", fn, list(args), {})
         if all(a.is_constant() for a in args):

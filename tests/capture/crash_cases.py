@@ -107,8 +107,6 @@ def nested_mixture(x):
                 a = x @ x.t()
                 s = a.float().sum().item()  # break inside three blocks
                 b = x @ x.t()
-        # (Not inside Ctx: a graph that raises skips the inlined __exit__ of a user context
-        # manager around it, with or without graph breaks; see user_exit_when_graph_raises.)
         with torch.no_grad():
             m = float(b.float().mean())  # a second break in a sibling block
             c = torch.linalg.cholesky(-torch.eye(2) * (m * m + 1))  # raises
@@ -116,8 +114,9 @@ def nested_mixture(x):
 
 
 def user_exit_when_graph_raises(x):
-    """Known limitation: the graph raises inside a user context manager whose methods were
-    inlined; eager calls its __exit__ with the exception, the compiled code does not."""
+    """The graph raises inside a user context manager whose methods were inlined: eager calls
+    its __exit__ with the exception, and so does the compiled function (it runs the frame
+    again as plain Python)."""
     with Ctx():
         v = x.sum().item()
         c = torch.linalg.cholesky(-torch.eye(2) * v)

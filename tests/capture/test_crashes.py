@@ -28,9 +28,9 @@ sys.path.insert(0, HERE)
 import crash_cases  # noqa: E402
 
 NAMES = [n + mode for n in crash_cases.CASES for mode in ("", ":raw")]
-#: A graph that raises skips the inlined __exit__ of a user context manager around it (with or
-#: without graph breaks): a separate, older limitation of whole-frame capture.
-KNOWN = {"user_exit_when_graph_raises"}
+#: Cases expected to fail (none now: a graph that raises inside a user context manager runs its
+#: frame again as plain Python, which calls the manager's __exit__ as eager does).
+KNOWN: set = set()
 
 
 @pytest.fixture(scope="module")

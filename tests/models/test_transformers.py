@@ -24,6 +24,13 @@ MODELS = {
                                                        num_attention_heads=4, num_key_value_heads=2,
                                                        intermediate_size=128, vocab_size=128)),
               {}, "logits"),
+    # Bloom's GELU is a custom autograd.Function; CodeGen builds nn.Softmax in its forward.
+    "bloom": (lambda: T.BloomForCausalLM(T.BloomConfig(n_layer=2, hidden_size=64, n_head=4, vocab_size=128)),
+              {}, "logits"),
+    "codegen": (lambda: T.CodeGenForCausalLM(T.CodeGenConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                                                            n_positions=64, rotary_dim=8, bos_token_id=0,
+                                                            eos_token_id=0)),
+                {}, "logits"),
     "t5": (lambda: T.T5Model(T.T5Config(num_layers=2, d_model=64, num_heads=4, d_ff=128, d_kv=16,
                                         vocab_size=128)),
            {"decoder_input_ids": IDS}, "last_hidden_state"),

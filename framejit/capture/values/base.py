@@ -143,6 +143,12 @@ class Value:
         table); what :class:`BoundMethod` calls."""
         raise Unsupported(f"calling {self.describe()}.{name}()")
 
+    def unary_op(self, tx: Translator, fn) -> Value | None:
+        """``fn(self)`` for a one-argument operator or builtin (``-v``, ``int(v)``) for kinds that
+        keep such results symbolic (numbers carried across a graph break); None for the
+        default rules."""
+        return None
+
     def reconstruct(self, cg) -> str:
         """A Python expression that produces this value in the generated entry function."""
         if self.source is not None:

@@ -24,6 +24,7 @@ from torch import nn
 from ...errors import Unsupported
 from .. import guards as G
 from ..sources import ItemSource, Source
+from .autograd_function import is_custom_function_apply
 from .base import ConstantValue, Value
 from .builtins import BuiltinValue, is_known_callable
 from .containers import DictValue, ListValue, TupleValue
@@ -35,8 +36,9 @@ from .contexts import (
 )
 from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
 from .modules import ModuleValue
-from .numbers import deferred_number
+from .numbers import deferred_number, is_carried
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
+from .torch_queries import BackendFlagsValue, is_backend_flags
 
 _CONSTANT_TYPES = (bool, int, float, str, complex, bytes, type(None), torch.dtype, torch.device,
                    torch.Size, torch.layout, torch.memory_format, type(Ellipsis), range, slice,
@@ -106,7 +108,7 @@ def _wrap(tx, obj, source: Source) -> Value:
         out.guards.add(G.IdGuard(source, obj))
         return ModuleValue(obj, source)
     if type(obj) in (int, float):
-        return deferred_number(out, obj, source)
+        return deferred_number(out, obj, source, carried=is_carried(tx, source))
     if _is_constant(obj):
         out.guards.add(G.EqualsGuard(source, obj))
         return ConstantValue(obj, source)
@@ -132,6 +134,9 @@ def _wrap(tx, obj, source: Source) -> Value:
             return {k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}
 
         return DictValue({}, source).defer(dict_items)
+    if is_backend_flags(obj):
+        out.guards.add(G.IdGuard(source, obj))
+        return BackendFlagsValue(obj, source)
     if isinstance(obj, types.ModuleType):
         out.guards.add(G.IdGuard(source, obj))
         return PythonModuleValue(obj, source, trusted=is_library_module(obj))
@@ -141,6 +146,13 @@ def _wrap(tx, obj, source: Source) -> Value:
     if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
         out.guards.add(G.IdGuard(source, obj))
         return ClassValue(obj, source)
+    if t is types.MethodType and is_custom_function_apply(obj.__self__, obj.__name__):
+        from ..sources import AttrSource
+        from .autograd_function import AutogradFunctionApplyValue
+        out.guards.add(G.TypeGuard(source, t))
+        out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
+        out.guards.add(G.IdGuard(AttrSource(source, "__self__"), obj.__self__))
+        return AutogradFunctionApplyValue(obj.__self__)
     if t is types.MethodType and type(obj.__func__) is types.FunctionType:
         # A bound Python method (a new object on every attribute read): its function is
         # guarded and its object read through ``__self__``.
@@ -172,6 +184,9 @@ def _wrap_callable(tx, obj, source) -> Value:
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
         return UserFunctionValue(obj, source)
+    if isinstance(obj, types.MethodType) and is_custom_function_apply(obj.__self__, obj.__name__):
+        from .autograd_function import AutogradFunctionApplyValue
+        return AutogradFunctionApplyValue(obj.__self__)
     if isinstance(obj, types.MethodType):
         from .functions import MethodValue
         self_value = wrap(tx, obj.__self__, _SelfSource(source)) if source is not None else wrap_sourceless(tx, obj.__self__)
@@ -235,6 +250,8 @@ def wrap_sourceless(tx, obj) -> Value:
         return borrowed(ListValue([wrap_sourceless(tx, x) for x in obj]), obj)
     if t is dict:
         return borrowed(DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()}), obj)
+    if is_backend_flags(obj):
+        return BackendFlagsValue(obj)
     if isinstance(obj, types.ModuleType):
         return PythonModuleValue(obj, None, trusted=True)
     if isinstance(obj, enum.Enum):

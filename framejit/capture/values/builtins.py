@@ -37,7 +37,7 @@ from .iterators import (
     ZipIterator,
     as_iterator,
 )
-from .tensor import TensorValue, graph_call
+from .tensor import TensorValue, graph_call, tensor_min_max
 
 _PRINT_HINT = ("printing and logging run Python at call time; remove them from the compiled "
                "function or call them outside it")
@@ -80,6 +80,12 @@ class BuiltinValue(Value):
 
     def pinned_object(self):
         return self.fn
+
+    def truthy(self, tx):
+        t = type(self.fn)
+        if not hasattr(t, "__bool__") and not hasattr(t, "__len__"):
+            return True  # a fixed object (guarded by identity) whose type makes it always true
+        return super().truthy(tx)
 
     def hasattr(self, tx, name):
         return hasattr(self.fn, name)
@@ -495,7 +501,11 @@ def _min_max(op):
             if "default" in kwargs:
                 return kwargs["default"]
             raise Unsupported(f"{op.__name__}() of an empty sequence (ValueError)")
-        keys = _sort_keys(tx, items, _key_arg(kwargs), f"{op.__name__}()")
+        key = _key_arg(kwargs)
+        key_values = items if key is None else [key.call(tx, [v], {}) for v in items]
+        if any(isinstance(k, TensorValue) for k in key_values):
+            return tensor_min_max(tx, op, items, key_values)
+        keys = _sort_keys(tx, key_values, None, f"{op.__name__}()")
         try:
             best = op(range(len(items)), key=keys.__getitem__)
         except TypeError as e:
@@ -539,8 +549,16 @@ def _bi_bool(tx, args, kwargs):
     return const(args[0].truthy(tx)) if args else const(False)
 
 
+def _carried(tx, fn, args, kwargs) -> Value | None:
+    """``int(v)``, ``abs(v)``, ``round(v)`` of a number carried across a graph break."""
+    return args[0].unary_op(tx, fn) if len(args) == 1 and not kwargs else None
+
+
 def _numeric_cast(fn):
     def handler(tx, args, kwargs):
+        kept = _carried(tx, fn, args, kwargs)
+        if kept is not None:
+            return kept
         if args and isinstance(args[0], TensorValue):
             raise Unsupported(f"{fn.__name__}() of a tensor (reads its value into Python)",
                               "keep the value as a tensor, or move this line outside the compiled function")
@@ -559,9 +577,26 @@ _BUILTIN_HANDLERS[float] = _numeric_cast(float)
 @handles(abs)
 def _bi_abs(tx, args, kwargs):
     _arity("abs", args, kwargs, 1, 1)
+    kept = _carried(tx, abs, args, kwargs)
+    if kept is not None:
+        return kept
     if isinstance(args[0], TensorValue):
         return graph_call(tx, "call_function", torch.abs, [args[0]], {})
     return const(abs(args[0].as_constant()))
+
+
+@handles(round)
+def _bi_round(tx, args, kwargs):
+    kept = _carried(tx, round, args, kwargs)
+    if kept is not None:
+        return kept
+    if not all(v.is_constant() for v in (*args, *kwargs.values())):
+        raise Unsupported(f"calling round({', '.join(a.describe() for a in args)})")
+    a, k = _constants(args, kwargs)
+    try:
+        return const(round(*a, **k))
+    except Exception as e:
+        raise Unsupported(f"round() raises {type(e).__name__}: {e}") from e
 
 
 # -- functools, itertools, operator ------------------------------------------------------------

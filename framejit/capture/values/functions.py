@@ -14,6 +14,7 @@ from .base import CellValue, Value, const
 from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
 from .tensor import ExampleOnlyAnswer, TensorValue, graph_call
+from .torch_queries import torch_query
 
 # Immutable types whose methods are pure, so calls on constants of these types fold.
 _IMMUTABLE = (str, int, float, bool, complex, bytes, tuple, frozenset, range, slice, torch.Size,
@@ -65,7 +66,34 @@ class UserFunctionValue(Value):
             return const(getattr(self.fn, name))
         if name == "__get__":
             return FunctionGetValue(self.fn)
+        if name in self.fn.__dict__:
+            # An attribute set on the function (``helper.enabled = True``): read and guarded
+            # like any attribute of an outside object.
+            from ..sources import AttrSource, ObjectSource
+            from .builder import wrap
+            base = self.source if self.source is not None else ObjectSource(self.fn)
+            return wrap(tx, self.fn.__dict__[name], AttrSource(base, name))
+        if not hasattr(self.fn, name):
+            self._guard_has(tx, name, False)
+            from .exceptions import raise_python
+            raise_python(AttributeError, f"'function' object has no attribute '{name}'")
         raise Unsupported(f"reading .{name} of {self.describe()}")
+
+    def hasattr(self, tx, name):
+        """Whether the function has attribute ``name``, guarded (attributes can be set later)."""
+        found = hasattr(self.fn, name)
+        self._guard_has(tx, name, found)
+        return found
+
+    def _guard_has(self, tx, name, found: bool):
+        import builtins
+
+        from ..guards import EqualsGuard
+        from ..sources import CallSource
+        tx.output.guards.add(EqualsGuard(CallSource(builtins.hasattr, (self.fn, name)), found))
+
+    def truthy(self, tx):
+        return True  # functions define neither __bool__ nor __len__
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -139,6 +167,9 @@ class NestedFunctionValue(Value):
     def python_type(self):
         return types.FunctionType
 
+    def truthy(self, tx):
+        return True
+
     def call(self, tx, args, kwargs):
         return tx.inline_code(
             self.code, self.globals, args, kwargs,
@@ -161,6 +192,9 @@ class MethodValue(Value):
 
     def python_type(self):
         return types.MethodType
+
+    def truthy(self, tx):
+        return True
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -392,14 +426,17 @@ class TorchFunctionValue(Value):
             return _group_by_device_and_dtype(tx, *args, **kwargs)
         if fn in _TENSOR_QUERIES and len(args) == 1 and not kwargs and isinstance(args[0], TensorValue):
             return const(fn(args[0].example))
+        answer = torch_query(tx, fn, args, kwargs)
+        if answer is not None:
+            return answer
         if fn in _TORCH_FOLD:
             a, k = _constants(args, kwargs)
             return const(fn(*a, **k))
         if fn in AUTOCAST_QUERIES:
             return fold_autocast_query(tx, fn, args, kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
-            raise Unsupported(f"creating a {fn.__name__} module inside the compiled function",
-                              "create modules in __init__, outside the compiled function")
+            from .modules import create_module
+            return create_module(tx, fn, args, kwargs)
         all_args = list(args) + list(kwargs.values())
         if _has_tensor(all_args) or getattr(fn, "__name__", "") in _FACTORY_NAMES:
             try:
@@ -423,6 +460,12 @@ class TorchFunctionValue(Value):
     def as_constant(self):
         # A torch function or class is a fixed object (e.g. torch.Tensor in isinstance()).
         return self.fn
+
+    def truthy(self, tx):
+        t = type(self.fn)
+        if not hasattr(t, "__bool__") and not hasattr(t, "__len__"):
+            return True  # a fixed object (guarded by identity) whose type makes it always true
+        return super().truthy(tx)
 
     def pinned_object(self):
         return self.fn
@@ -448,7 +491,7 @@ class TorchFunctionValue(Value):
 # with no tensor arguments may have effects (torch.cuda.set_device, torch.cuda.synchronize):
 # those are not folded.
 _FOLDABLE_MODULES = ("torch.nn.functional", "torch.nn.modules", "torch.overrides", "torch.jit",
-                     "torch._jit_internal", "torch.backends.mha", "torch.functional",
+                     "torch._jit_internal", "torch.functional",
                      "torch._utils", "torch.nn.modules.utils", "torch._prims_common",
                      "torch.types", "torch.utils._python_dispatch", "torch.utils._foreach_utils")
 

@@ -88,8 +88,8 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
     """``cls(*args, **kwargs)`` for a user class (``cls_value`` is its ClassValue)."""
     cls = cls_value.cls
     if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-        raise Unsupported(f"creating the module {cls.__name__}() inside the compiled function",
-                          "create modules in __init__, outside the compiled function")
+        from .modules import create_module
+        return create_module(tx, cls, args, kwargs)
     if is_namedtuple_class(cls):
         return construct_namedtuple(tx, cls, args, kwargs)
     if is_exception_class(cls):

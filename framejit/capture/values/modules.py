@@ -111,9 +111,22 @@ class ModuleValue(Value):
     def pinned_object(self):
         return self.module
 
+    def _user_dunder(self, name: str):
+        """``name`` (``__getitem__``, ``__len__``...) when the module's class defines it in Python
+        outside torch.nn (torch's containers are handled here directly)."""
+        fn = inspect.getattr_static(type(self.module), name, None)
+        if isinstance(fn, types.FunctionType) and not (fn.__module__ or "").startswith("torch.nn."):
+            return fn
+        return None
+
     def contains(self, tx, item):
+        fn = self._user_dunder("__contains__")
+        if fn is not None:
+            return tx.inline_function(fn, [self, item], {}).truthy(tx)
         if isinstance(self.module, nn.ModuleDict):
             return item.as_constant() in self.module._modules
+        if isinstance(self.module, nn.ParameterDict):
+            return item.as_constant() in self.module._keys
         return super().contains(tx, item)
 
     def call(self, tx, args, kwargs):
@@ -127,6 +140,9 @@ class ModuleValue(Value):
         if forward is not None:
             from .builder import wrap
             return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+        static = inspect.getattr_static(type(mod), "forward", None)
+        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+            return tx.inline_function(static.__func__, list(args), kwargs)  # no self
         fn = type(mod).forward
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"{self.describe()} has no Python forward()")
@@ -137,6 +153,11 @@ class ModuleValue(Value):
 
     def iterate(self, tx):
         mod = self.module
+        fn = self._user_dunder("__iter__")
+        if fn is not None:
+            return tx.inline_function(fn, [self], {}).iterate(tx)
+        if isinstance(mod, nn.ParameterDict):
+            return [const(k) for k in mod._keys]
         if isinstance(mod, (nn.Sequential, nn.ModuleList)):
             return self._children(tx)
         if isinstance(mod, nn.ModuleDict):
@@ -146,11 +167,22 @@ class ModuleValue(Value):
         raise Unsupported(f"iterating over {self.describe()}")
 
     def length(self, tx):
+        fn = self._user_dunder("__len__")
+        if fn is not None:
+            return tx.inline_function(fn, [self], {}).as_constant()
         return len(self.module)
 
     def getitem(self, tx, key):
         mod = self.module
+        fn = self._user_dunder("__getitem__")
+        if fn is not None:
+            return tx.inline_function(fn, [self, key], {})
         k = key.as_constant()
+        if isinstance(mod, nn.ParameterDict) and isinstance(k, str):
+            if k not in mod._keys:
+                from .exceptions import raise_python
+                raise_python(KeyError, k)
+            return self.getattr(tx, k)  # a parameter, a buffer or a plain attribute
         if isinstance(mod, nn.ModuleDict):
             return self._member(tx, "_modules", k)
         if isinstance(mod, (nn.Sequential, nn.ModuleList)) and isinstance(k, int):
@@ -178,6 +210,14 @@ class ModuleValue(Value):
             return ListValue(self._children(tx))
         if name in ("items",) and isinstance(mod, nn.ModuleDict):
             return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+        if isinstance(mod, nn.ParameterDict) and name in ("keys", "values", "items"):
+            keys = list(mod._keys)
+            if name == "keys":
+                return ListValue([const(k) for k in keys])
+            values = [self.getattr(tx, k) for k in keys]
+            if name == "values":
+                return ListValue(values)
+            return ListValue([TupleValue([const(k), v]) for k, v in zip(keys, values)])
         return None
 
 
@@ -195,4 +235,50 @@ def _module_helper_method(tx, obj, name: str, args, kwargs):
         raise Unsupported(f"calling {what}() with arguments")
     return obj.call_named(tx, name)
 
+
+
+# -- modules created in the function ----------------------------------------------------------
+
+def create_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> ModuleValue:
+    """``nn.Softmax(dim=-1)(w)``: a torch.nn module with neither parameters nor buffers, built
+    from constant arguments, is a fixed function of its arguments. It is built once, now, and
+    its forward inlined. Modules with state (random initial weights) cannot be captured so."""
+    name = f"creating the module {cls.__name__}() inside the compiled function"
+    hint = "create modules in __init__, outside the compiled function"
+    if not (getattr(cls, "__module__", "") or "").startswith("torch.nn."):
+        raise Unsupported(name, hint)
+    if "device" in kwargs or "dtype" in kwargs:
+        # Parameters (whose initialisation would draw from a device's random stream).
+        raise Unsupported(f"{name}, which has parameters or buffers", hint)
+    try:
+        a = [v.as_constant() for v in args]
+        k = {n: v.as_constant() for n, v in kwargs.items()}
+    except Unsupported:
+        raise Unsupported(f"{name}, from arguments not known at capture time", hint) from None
+    import torch
+    with torch.random.fork_rng(devices=[]):  # building it must not move the user's random stream
+        try:
+            mod = cls(*a, **k)
+        except Exception as e:
+            raise Unsupported(f"{name} ({type(e).__name__}: {e})", hint) from e
+    if any(m._parameters or m._buffers for m in mod.modules()):
+        raise Unsupported(f"{name}, which has parameters or buffers", hint)
+    from ..sources import ObjectSource
+    return CreatedModuleValue(mod, ObjectSource(mod))
+
+
+class CreatedModuleValue(ModuleValue):
+    """A stateless module built in the function (see :func:`create_module`). Returned, or kept
+    across a graph break, it is that one object on every call (so the resume function's identity
+    guard holds), where eager builds a new one; no state of it can change unnoticed: writes to
+    it are not captured and what forward reads of it is guarded."""
+
+    __slots__ = ()
+
+    def describe(self):
+        return f"the module {type(self.module).__name__}() created in the function"
+
+    def setattr(self, tx, name, value):
+        raise Unsupported(f"assigning .{name} on {self.describe()}",
+                          "create the module in __init__, outside the compiled function")
 

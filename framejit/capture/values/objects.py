@@ -9,6 +9,7 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
+from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
@@ -317,6 +318,8 @@ class ClassValue(Value):
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}")
+        if is_custom_function_apply(self.cls, name):
+            return AutogradFunctionApplyValue(self.cls)
         if isinstance(static, classmethod):
             return MethodValue(static.__func__, self)
         if isinstance(static, staticmethod):

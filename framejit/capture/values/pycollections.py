@@ -468,7 +468,43 @@ def make_defaultdict(tx, args, kwargs):
     return fill_dict(tx, DefaultDictValue(factory, {}), args[1:], kwargs, "defaultdict")
 
 
+def _fromkeys(make):
+    def handler(tx, args, kwargs):
+        """``dict.fromkeys(keys, value=None)``: every key maps to the one value, as in Python."""
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Unsupported("fromkeys() with these arguments (TypeError)")
+        from .iterators import as_iterator
+        value = args[1] if len(args) > 1 else NONE
+        d = make()
+        for k in as_iterator(tx, args[0]).iterate(tx):
+            d.items[_hashable_constant(k, "a key")] = value
+        return d
+    return handler
+
+
+def make_namedtuple(tx, args, kwargs):
+    """``collections.namedtuple("P", ["a", "b"])`` inside the function: the class is made once,
+    at capture, from the constant arguments, and that class is used on every call (eager makes
+    a new class per call). Keeping one class lets a resume function that receives it, or its
+    instances, reuse its graph instead of recompiling for every new class."""
+    try:
+        a = [v.as_constant() for v in args]
+        k = {n: v.as_constant() for n, v in kwargs.items()}
+    except Unsupported:
+        raise Unsupported("collections.namedtuple() with arguments not known at capture time") from None
+    k.setdefault("module", tx.f_globals.get("__name__"))
+    try:
+        cls = collections.namedtuple(*a, **k)
+    except (TypeError, ValueError) as e:
+        raise Unsupported(f"collections.namedtuple() raises {type(e).__name__}: {e}") from e
+    from .objects import ClassValue
+    return ClassValue(cls)
+
+
 CONSTRUCTORS = {
     set: make_set, frozenset: make_frozenset, collections.deque: make_deque,
     collections.OrderedDict: make_ordered_dict, collections.defaultdict: make_defaultdict,
+    dict.fromkeys: _fromkeys(lambda: DictValue({})),
+    collections.OrderedDict.fromkeys: _fromkeys(lambda: OrderedDictValue({})),
+    collections.namedtuple: make_namedtuple,
 }

@@ -269,15 +269,56 @@ _TYPE_NAMES = {
 }
 
 
+# -- min()/max() over tensors ---------------------------------------------------------------------
+
+def tensor_min_max(tx, op, items: list[Value], keys: list[Value]) -> Value:
+    """``max(a, b)``, ``min(ts, key=lambda t: t.sum())`` with one-element tensor keys: Python
+    keeps the first item and replaces it by each later one whose key compares ``<`` (min) or
+    ``>`` (max), which reads tensor values. The same choice is made in the graph with
+    ``torch.where``, when the choice cannot change the result's type, shape or dtype: the items
+    are tensors of one kind, the keys one-element tensors of one kind. (A tensor and a number
+    give a tensor or a float depending on the values: that still breaks.)"""
+    what = f"{op.__name__}() comparing tensors"
+
+    def kind(v, grad=True):
+        e = v.example
+        return (tuple(e.shape), e.dtype, v.device, e.requires_grad if grad else None)
+
+    if not all(isinstance(v, TensorValue) for v in items) or len({kind(v) for v in items}) != 1:
+        raise Unsupported(f"{what}, over values of different kinds (tensors of other shapes, "
+                          f"dtypes or devices, or numbers)",
+                          "the result's kind would depend on tensor values; use torch.minimum/"
+                          "torch.maximum or torch.where")
+    if not all(isinstance(k, TensorValue) and k.example.numel() == 1 for k in keys) \
+            or len({kind(k, grad=False) for k in keys}) != 1:
+        raise Unsupported(f"{what} that are not one-element tensors of one kind",
+                          "compare one-element tensors, or use torch.min/torch.max")
+    compare = operator.lt if op is min else operator.gt
+    reshape = keys[0].example.dim() != 0  # the condition must not broadcast the items
+    best, best_key = items[0], keys[0]
+    for item, k in zip(items[1:], keys[1:]):
+        cond = graph_call(tx, "call_function", compare, [k, best_key], {})
+        if reshape:
+            cond = graph_call(tx, "call_method", "reshape", [cond, const(())], {})
+        best = graph_call(tx, "call_function", torch.where, [cond, item, best], {})
+        best_key = best if keys is items else graph_call(tx, "call_function", torch.where, [cond, k, best_key], {})
+    return best
+
+
 # -- recording operations --------------------------------------------------------------------------
 
-def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False) -> Value:
-    """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result."""
+def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value], *, impure=False,
+               run_example=None) -> Value:
+    """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result.
+    ``run_example(convert)``, when given, computes the example result instead (on fake tensors)."""
     from .containers import DictValue, ListValue, TupleValue
+    from .numbers import NumberInputValue, as_graph_inputs
+
+    args, kwargs = as_graph_inputs(tx, kind, target, args, kwargs)
 
     def convert(v, tensor):
         """Arguments as the op sees them: tensors through ``tensor``, containers rebuilt."""
-        if isinstance(v, TensorValue):
+        if isinstance(v, (TensorValue, NumberInputValue)):
             return tensor(v)
         if isinstance(v, (TupleValue, ListValue)):
             seq = [convert(x, tensor) for x in v.items]
@@ -330,7 +371,9 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
                                           for a in meta_args[1:]]
     inplace = impure or _is_inplace(kind, target, kwargs)
     try:
-        if not inplace and _autocast_applies(devices):
+        if run_example is not None:
+            result = run_example(convert)
+        elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
             result = _run_on_meta_retrying_foreach(kind, meta_target, args, meta_args, meta_kwargs,
@@ -470,6 +513,12 @@ def _autocast_applies(devices) -> bool:
 
 
 def _run_under_autocast(tx, kind, target, args, kwargs, convert):
+    return run_on_fake(tx, kind, target, args, kwargs, convert, "under autocast ")
+
+
+def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
+    """Run ``target`` on fake tensors (meta tensors that report their real device); the result
+    as plain meta tensors."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     mode = tx.output.fake_mode
@@ -477,6 +526,8 @@ def _run_under_autocast(tx, kind, target, args, kwargs, convert):
         mode = tx.output.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
 
     def fake(t):
+        if not isinstance(t.example, torch.Tensor):
+            return t.example  # a number input
         return FakeTensor(mode, t.example, t.device)
 
     fake_args = [convert(a, fake) for a in args]
@@ -489,7 +540,7 @@ def _run_under_autocast(tx, kind, target, args, kwargs, convert):
     try:
         return _rebuild(_template(result))
     except _Uncacheable:
-        raise Unsupported(f"{_readable(kind, target)} under autocast returned a "
+        raise Unsupported(f"{_readable(kind, target)} {what}returned a "
                           f"{type(result).__name__}, which framejit cannot track") from None
 
 
