@@ -147,12 +147,10 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
             self._check_mutable("+=", tx)
             self.items.extend(other.iterate(tx))
             return self
-        if isinstance(other, SequenceValue):
-            theirs, other_items = issubclass(other.python_type(), tuple), other.items
-        elif isinstance(other, ConstantValue) and type(other.value) in (tuple, list):
-            theirs, other_items = isinstance(other.value, tuple), [const(x) for x in other.value]
-        else:
+        other_seq = _as_sequence(other)
+        if other_seq is None:
             return None
+        theirs, other_items = other_seq
         if mine != theirs:
             a, b = (other, self) if reflected else (self, other)
             raise Unsupported(f"{_kind_name(a)} + {_kind_name(b)} (TypeError: can only concatenate "
@@ -168,12 +166,10 @@ class SequenceValue(_Deferred, ItemsProtocol, Value):
         """``self == other`` against another sequence (None: not decided here)."""
         from .pyops import items_equal
         mine = issubclass(self.python_type(), tuple)
-        if isinstance(other, SequenceValue):
-            theirs, other_items = issubclass(other.python_type(), tuple), other.items
-        elif isinstance(other, ConstantValue) and type(other.value) in (tuple, list):
-            theirs, other_items = isinstance(other.value, tuple), [const(x) for x in other.value]
-        else:
+        other_seq = _as_sequence(other)
+        if other_seq is None:
             return None
+        theirs, other_items = other_seq
         if mine != theirs:
             return False  # a list never equals a tuple
         return items_equal(tx, self.items, other_items)
@@ -227,6 +223,15 @@ def _tuple_replace(tx, tup, args, kwargs):
 #: Methods of lists and tuples with symbolic items: name -> fn(tx, seq, args, kwargs).
 SEQUENCE_METHODS = {"index": _seq_index_or_count("index"), "count": _seq_index_or_count("count")}
 TUPLE_METHODS = {**SEQUENCE_METHODS, "_asdict": _tuple_asdict, "_replace": _tuple_replace}
+
+
+def _as_sequence(v: Value):
+    """(is it a tuple, its items) for a list or tuple value or constant; None for others."""
+    if isinstance(v, SequenceValue):
+        return issubclass(v.python_type(), tuple), v.items
+    if isinstance(v, ConstantValue) and type(v.value) in (tuple, list):
+        return isinstance(v.value, tuple), [const(x) for x in v.value]
+    return None
 
 
 def _kind_name(v: Value) -> str:
