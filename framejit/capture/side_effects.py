@@ -33,6 +33,7 @@ class SideEffects:
         self._items: dict = {}
         #: calls on containers whose contents were never read: (container, method, args)
         self._calls: dict = {}
+        self._call_count = 0
         self._order: list = []  # keys in the order the first write happened
 
     def __bool__(self) -> bool:
@@ -105,7 +106,8 @@ class SideEffects:
     def container_call(self, container, method: str, args: list) -> None:
         """``lst.append(v)`` on a list from outside whose contents were never read: replayed as
         the same call, so nothing about the list's current contents is guarded."""
-        key = ("call", id(container), len(self._calls))
+        self._call_count += 1  # never reused: queued calls of another container may be dropped
+        key = ("call", id(container), self._call_count)
         self._remember(key)
         self._calls[key] = (container, method, args)
 

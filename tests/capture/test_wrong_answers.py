@@ -519,3 +519,38 @@ def test_graph_break_in_a_loop_over_a_list_nobody_else_holds(stats, capsys):
     got = framejit.compile(_print_in_loop_over_temporary)(torch.ones(1), 3)
     torch.testing.assert_close(got, _print_in_loop_over_temporary(torch.ones(1), 3))
     assert stats.graph_breaks >= 1 and stats.eager_frames == 0
+
+
+# -- 6. a context manager's __enter__ side effect (queued list calls of two lists) ---------------
+
+class LoggingCtx:
+    def __init__(self, log, tag):
+        self.log, self.tag = log, tag
+
+    def __enter__(self):
+        self.log.append("enter " + self.tag)
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("exit " + self.tag)
+        return False
+
+
+def enter_side_effect(x, other):
+    other.append("first")        # queued: the list's contents are not read
+    with LoggingCtx(LOG, "g"):   # LOG.append queued too
+        other.append(len(other))  # reads other: its queued calls are dropped for its contents
+    return x + 1
+
+
+def test_enter_side_effect_on_a_global_list_is_kept():
+    compiled = framejit.compile(enter_side_effect)
+    for _ in range(2):
+        LOG.clear()
+        mine, theirs = ["x"], ["x"]
+        enter_side_effect(torch.ones(1), theirs)
+        eager_log = list(LOG)
+        LOG.clear()
+        compiled(torch.ones(1), mine)
+        assert LOG == eager_log == ["enter g", "exit g"]
+        assert mine == theirs
