@@ -34,7 +34,7 @@ HANDLERS: dict[str, Callable] = {}
 def handler(*opnames: str):
     def register(fn):
         for name in opnames:
-            if name in compat.ALL_OPNAMES:
+            if name in compat.CODE_OPNAMES:  # not another version's, nor a pseudo-instruction
                 HANDLERS[name] = fn
         return fn
     return register
@@ -94,12 +94,20 @@ def decode(code: types.CodeType) -> list[Inst]:
 
 def _attach_handlers(code: types.CodeType, insts: list[Inst]) -> None:
     """Give each instruction its exception-table entry, read from the code object itself (the
-    stack depths are CPython's own; the abstract bytecode does not keep them)."""
-    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    stack depths are CPython's own; the abstract bytecode does not keep them).
+
+    The handler 3.12 puts around a generator's whole body is left out: as on 3.11, an exception
+    leaving the body leaves the generator's frame, and ``GeneratorValue`` deals with it (a
+    StopIteration is a RuntimeError there). Nothing of the generator runs for it, so a ``yield``
+    outside any ``try`` is not in one either."""
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    offsets = [i.offset for i in instrs]
     if len(offsets) != len(insts):
         raise Unsupported(f"the bytecode of {code.co_name}() (its instructions could not be matched up)")
     index = {off: k for k, off in enumerate(offsets)}
     for entry in dis._parse_exception_table(code):
+        if compat.is_generator_body_handler(instrs[index[entry.target]]):
+            continue
         handler = (index[entry.target], entry.depth, bool(entry.lasti))
         for k, off in enumerate(offsets):
             if entry.start <= off < entry.end:

@@ -289,6 +289,40 @@ def test_compiled_generator_runs_eagerly(stats):
     assert stats.captured == 0 and stats.graphs == 0
 
 
+CLOSED = []
+
+
+def in_try_finally(x):
+    try:
+        yield x
+        yield x * 2
+    finally:
+        CLOSED.append("inner")
+
+
+def delegates(x):
+    yield from in_try_finally(x)
+
+
+def closes_delegating(x):
+    g = delegates(x)
+    first = next(g)
+    g.close()  # closes in_try_finally() too, which runs its `finally` block
+    return first + 1
+
+
+def test_closing_a_generator_that_delegates_to_one_in_try_runs_its_finally(stats):
+    x = torch.randn(3)
+    expected = closes_delegating(x)
+    assert CLOSED == ["inner"]
+    CLOSED.clear()
+    assert_close_to_eager(framejit.compile(closes_delegating)(x), expected)
+    assert CLOSED == ["inner"]
+    assert stats.eager_frames == 1
+    (reason,) = [message for _, message in stats.fallback_reasons]
+    assert "closing the generator in_try_finally() while it is paused inside a `try` block" in reason
+
+
 @framejit.compile
 def compiled_factorial(x, n):
     if n <= 1:

@@ -123,6 +123,24 @@ class GeneratorValue(LazyIteratorValue):
         self.result = result
         return None
 
+    def close(self):
+        """``gen.close()``: GeneratorExit at the paused ``yield``, after closing the generator a
+        ``yield from`` there delegates to, as Python does. Captured when that runs none of their
+        code: no ``try`` around either ``yield``."""
+        if self.state == _SUSPENDED:
+            frame = self.frame
+            entry = frame.insts[frame.pc - 1].handler
+            if entry is not None and frame.insts[entry[0]].name == compat.YIELD_FROM_HANDLER:
+                entry = frame.insts[entry[0]].handler  # what covers the `yield from` statement
+            if entry is not None:  # GeneratorExit would run the handlers around the `yield`
+                raise Unsupported(f"closing {self.describe()} while it is paused inside a `try` block",
+                                  "closing runs its `except`/`finally` blocks, which is not captured")
+            delegate = frame.stack[-1] if frame.insts[frame.pc - 2].name == "SEND" else None
+            if isinstance(delegate, GeneratorValue):
+                delegate.close()
+        self.state = _DONE
+        self.exhausted = True
+
     def getattr(self, tx, name):
         if name in ("send", "__next__", "close"):
             return GeneratorMethod(self, name)
@@ -149,12 +167,7 @@ class GeneratorMethod(Value):
         if kwargs or len(args) != (1 if name == "send" else 0):
             raise Unsupported(f"calling {self.describe()}() with these arguments (TypeError)")
         if name == "close":
-            if gen.state == _SUSPENDED and getattr(gen.frame.insts[gen.frame.pc - 1], "in_try", True):
-                # GeneratorExit would run the handlers around the paused `yield`.
-                raise Unsupported(f"closing {gen.describe()} while it is paused inside a `try` block",
-                                  "closing runs its `except`/`finally` blocks, which is not captured")
-            gen.state = _DONE
-            gen.exhausted = True
+            gen.close()
             return NONE
         v = gen.send(args[0]) if name == "send" else gen.next()
         if v is None:
