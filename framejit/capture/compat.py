@@ -40,6 +40,20 @@ def is_generator_body_handler(instr: dis.Instruction) -> bool:
 YIELD_FROM_HANDLER = "CLEANUP_THROW" if PY312_PLUS else None
 
 
+def is_comprehension_handler(names: list[str]) -> bool:
+    """Whether ``names``, the opnames from an exception handler's first instruction on, are the
+    handler 3.12+ gives a list, set or dict comprehension inlined in its function (PEP 709): it
+    drops the list being built and puts back the variables the comprehension shadows (``SWAP 2;
+    POP_TOP; SWAP n+1``, a ``STORE_FAST`` for each), then re-raises. A handler the user wrote
+    starts with PUSH_EXC_INFO."""
+    if not PY312_PLUS or names[:3] != ["SWAP", "POP_TOP", "SWAP"]:
+        return False
+    k = 3
+    while k < len(names) and names[k] == "STORE_FAST":
+        k += 1
+    return k > 3 and names[k:k + 1] == ["RERAISE"]
+
+
 #: Code flags that mark frames the capture must never replace.
 CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200  # GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
 CO_VARARGS = 0x04

@@ -13,6 +13,7 @@ from torch import nn
 
 import framejit
 from framejit import _C
+from framejit.capture import compat
 from framejit.testing import assert_close_to_eager
 
 THIS_FILE = os.path.realpath(__file__)
@@ -287,6 +288,23 @@ def test_compiled_generator_runs_eagerly(stats):
     actual = list(compiled(x, 4))
     assert_close_to_eager(actual, list(powers(x, 4)))
     assert stats.captured == 0 and stats.graphs == 0
+
+
+def item_in_comprehension(x):
+    y = x * 2
+    return y + sum([t.item() for t in y])
+
+
+def test_graph_break_inside_a_comprehension_runs_the_frame_as_python(stats):
+    x = torch.randn(3)
+    assert_close_to_eager(framejit.compile(item_in_comprehension)(x), item_in_comprehension(x))
+    assert stats.graphs == 0 and stats.eager_frames >= 1
+    reasons = " ".join(message for _, message in stats.fallback_reasons)
+    assert "tensor.item()" in reasons
+    if compat.PY312_PLUS:
+        # Inlined in the function (PEP 709): the handler that puts its variable back is no `try`.
+        assert "a graph break inside a list, set or dict comprehension" in reasons
+        assert "`try`" not in reasons
 
 
 CLOSED = []
