@@ -168,6 +168,8 @@ class Translator:
         self.break_at: int | None = None
         #: The exception an ``except`` block of this frame is handling (PUSH_EXC_INFO).
         self.handled: Value | None = None
+        #: Root frame only: every generator created during the capture (values/generators.py).
+        self.generators: list = []
 
     # -- stack ----------------------------------------------------------------------------------
     def push(self, v: Value):
@@ -254,6 +256,8 @@ class Translator:
                     unsupported_opcode(self, inst)
                 fn(self, inst)
         except _Return as r:
+            if self.parent is None:
+                self.check_generators(at_break=False)
             return r.value
         except Unsupported as e:
             if e.where is None:
@@ -261,6 +265,25 @@ class Translator:
             if self.parent is None and e.break_index is None:
                 e.break_index = self.pc - 1  # the root instruction being run (a call site if inlined)
             raise
+
+    def check_generators(self, at_break: bool):
+        """Where the capture ends (a return, or a graph break): a generator left paused inside a
+        ``try`` block is closed by Python when it is dropped, which runs its ``except``/``finally``
+        blocks at that point; not captured, so the frame runs as plain Python."""
+        for gen in self.generators:
+            paused = gen.paused_in_try()
+            if paused is None:
+                continue
+            if at_break:
+                e = Unsupported(f"a graph break while {paused.describe()} is paused inside a `try` "
+                                "block (Python runs its `except`/`finally` blocks when it is closed "
+                                "or dropped)", "iterate it to the end before this line")
+            else:
+                e = Unsupported(f"leaving {paused.describe()} paused inside a `try` block (Python "
+                                "closes it when it is dropped, running its `except`/`finally` blocks)",
+                                "iterate it to the end, or close it outside the compiled function")
+            e.where = self.location()
+            raise e
 
     def jump(self, inst: Inst):
         self.pc = inst.target

@@ -341,6 +341,47 @@ def test_closing_a_generator_that_delegates_to_one_in_try_runs_its_finally(stats
     assert "closing the generator in_try_finally() while it is paused inside a `try` block" in reason
 
 
+def first_item_only(x):
+    it = in_try_finally(x)
+    return next(it) + 1  # `it` is dropped on return: Python closes it, which runs its `finally`
+
+
+def returns_from_the_loop(x):
+    for t in in_try_finally(x):
+        return t * 2
+
+
+@framejit.disable
+def opaque(t):
+    return t * 3
+
+
+def breaks_after_leaving_the_loop(x):
+    for t in in_try_finally(x):
+        y = t * 2
+        break  # the generator is dropped here, and closed
+    return opaque(y) + 1
+
+
+@pytest.mark.parametrize("fn, words", [
+    (first_item_only, "leaving the generator in_try_finally() paused inside a `try` block"),
+    (returns_from_the_loop, "leaving the generator in_try_finally() paused inside a `try` block"),
+    (breaks_after_leaving_the_loop, "a graph break while the generator in_try_finally() is paused"),
+])
+def test_generator_left_paused_in_try_runs_the_frame_as_python(stats, fn, words):
+    # Its `finally` block runs when Python drops it: the capture cannot replay that.
+    x = torch.randn(3)
+    CLOSED.clear()
+    expected = fn(x)
+    assert CLOSED == ["inner"]
+    CLOSED.clear()
+    assert_close_to_eager(framejit.compile(fn)(x), expected)
+    assert CLOSED == ["inner"]
+    assert stats.graphs == 0 and stats.eager_frames == 1
+    (reason,) = [message for _, message in stats.fallback_reasons]
+    assert words in reason
+
+
 @framejit.compile
 def compiled_factorial(x, n):
     if n <= 1:
