@@ -26,6 +26,7 @@ PSEUDO_OPNAMES: frozenset[str] = frozenset(name for name in ALL_OPNAMES if dis.o
 #: The opcodes a code object's instructions can hold: the ones a handler can ever run for.
 CODE_OPNAMES: frozenset[str] = ALL_OPNAMES - PSEUDO_OPNAMES
 
+
 def is_generator_body_handler(instr: dis.Instruction) -> bool:
     """Whether ``instr``, an exception handler's first instruction, is the handler 3.12+ wraps
     around a generator's whole body: ``CALL_INTRINSIC_1 INTRINSIC_STOPITERATION_ERROR;
