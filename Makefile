@@ -10,7 +10,21 @@ TORCH_PIN := torch==2.13.0
 DEPS      := $(VENV)/.deps-stamp
 EXT       := $(VENV)/.ext-stamp
 
-.PHONY: setup demo test test-py test-hook test-fx bench lint clean
+# CPython 3.12 (what the GPU machine runs): the newest pyenv 3.12, else python3.12 on PATH, found
+# as tools/hook_tests.sh finds it. Its venv is shared with the hook tests, which create it with
+# pytest only when it is missing; the stamps below then add torch and the rest. For 3.12, torch
+# 2.13.0 is the registry's CUDA build (about 5 GB, runs on the CPU).
+ifeq ($(origin PYTHON312),undefined)
+PYTHON312 := $(shell bash tools/find_python.sh 3.12)
+endif
+export PYTHON312
+VENV312   := .venv-py312
+PY312     := $(VENV312)/bin/python
+PIP312    := $(PY312) -m pip --disable-pip-version-check -q
+DEPS312   := $(VENV312)/.deps-stamp
+EXT312    := $(VENV312)/.ext-stamp
+
+.PHONY: setup setup312 demo test test-py test-hook test-fx bench lint clean
 
 setup: $(EXT)
 
@@ -21,18 +35,52 @@ $(DEPS): pyproject.toml Makefile
 	$(PIP) install numpy "bytecode>=0.15" networkx triton pytest ruff transformers
 	@touch $@
 
-# Rebuilds the C extension (editable install) whenever its source changes.
+# Rebuilds the C extension (editable install) whenever its source changes. Each venv builds its
+# own framejit/_C.cpython-3XX-*.so in place; the two live side by side.
 $(EXT): $(DEPS) csrc/eval_frame.c
 	$(PIP) install --no-build-isolation --no-deps -e '.[test]'
 	@touch $@
 
+ifeq ($(PYTHON312),)
+setup312:
+	@echo "make: no CPython 3.12 found (no \$$PYENV_ROOT/versions/3.12.*, no python3.12 on PATH):" \
+	      "the capture and model tests run on 3.11 only"
+else
+setup312: $(EXT312)
+
+$(DEPS312): pyproject.toml Makefile
+	@test -x $(PY312) || $(PYTHON312) -m venv $(VENV312)
+	$(PIP312) install --upgrade pip setuptools wheel
+	$(PIP312) install $(TORCH_PIN)
+	$(PIP312) install numpy "bytecode>=0.15" networkx pytest transformers
+	@touch $@
+
+$(EXT312): $(DEPS312) csrc/eval_frame.c
+	$(PIP312) install --no-build-isolation --no-deps -e '.[test]'
+	@touch $@
+endif
+
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup test-hook test-py test-fx
+# The hook tests, then the capture and model tests; all of them run even if some fail.
+test: setup setup312
+	@status=0; \
+	$(MAKE) --no-print-directory test-hook || status=1; \
+	$(MAKE) --no-print-directory test-py || status=1; \
+	$(MAKE) --no-print-directory test-fx || status=1; \
+	exit $$status
 
+# The capture and model tests on 3.11, then on 3.12: both always run, each with its summary.
 test-py:
-	$(PY) -m pytest tests --ignore=tests/hook
+	@status=0; \
+	for py in $(PY) $(if $(PYTHON312),$(PY312)); do \
+	    echo; \
+	    echo "== capture and model tests on CPython $$($$py -c 'import platform; print(platform.python_version())')"; \
+	    $$py -m pytest tests --ignore=tests/hook || status=1; \
+	done; \
+	$(if $(PYTHON312),,echo; echo "== capture and model tests on CPython 3.12: skipped, no CPython 3.12 found";) \
+	exit $$status
 
 # The capture, model and API tests again with every graph of backend="default"/"eager" exported to
 # torch.fx and run by torch.fx's generated code (tests/conftest.py, framejit.testing).

@@ -6,27 +6,18 @@
 #   HOOK_TESTS_DEV=1 tools/hook_tests.sh    the same under `python -X dev`
 #   tools/hook_tests.sh -k threads      extra arguments go to pytest
 #
-# Builds go to build/hook-py3X/, per-version virtual environments (pytest only) to .venv-py3X/;
+# Builds go to build/hook-py3X/, per-version virtual environments (pytest only) to .venv-py3X/
+# (`make test` adds torch to .venv-py312 for the capture tests; these runs do not import it);
 # both are reused when up to date. Exits non-zero if any version fails to build or test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PYENV_ROOT=${PYENV_ROOT:-${HOME:-/root}/.pyenv}
 CFLAGS_HOOK="-shared -fPIC -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers"
 
 # One interpreter per supported minor version: the newest pyenv install, else python3.X on PATH.
 interpreters=()
 for minor in 3.11 3.12 3.13; do
-    found=""
-    for dir in $(ls -d "$PYENV_ROOT"/versions/"$minor".* 2>/dev/null | sort -V -r); do
-        if [ -x "$dir/bin/python$minor" ] && [ -x "$dir/bin/python$minor-config" ]; then
-            found="$dir/bin/python$minor"
-            break
-        fi
-    done
-    if [ -z "$found" ] && command -v "python$minor" >/dev/null && command -v "python$minor-config" >/dev/null; then
-        found=$(command -v "python$minor")
-    fi
+    found=$(tools/find_python.sh "$minor")
     if [ -n "$found" ]; then
         interpreters+=("$found")
     else

@@ -489,6 +489,7 @@ def _split_frame(ctx, code, func, tx, label):
     markers = [NULL if v is NULL_VALUE else ITER if isinstance(v, IteratorValue) else VAL
                for v in tx.stack]
     plan = plan_break(tx.insts, tx.pc, markers)
+    tx.check_generators(at_break=True)
     order = {name: i for i, name in enumerate(code.co_varnames)}
     local_names = sorted(tx.locals, key=lambda n: order.get(n, len(order)))
     # A resume function's own stack parameters are dead once its prefix has pushed them.

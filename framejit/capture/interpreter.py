@@ -33,7 +33,7 @@ HANDLERS: dict[str, Callable] = {}
 def handler(*opnames: str):
     def register(fn):
         for name in opnames:
-            if name in compat.ALL_OPNAMES:
+            if name in compat.CODE_OPNAMES:  # not another version's, nor a pseudo-instruction
                 HANDLERS[name] = fn
         return fn
     return register
@@ -93,12 +93,20 @@ def decode(code: types.CodeType) -> list[Inst]:
 
 def _attach_handlers(code: types.CodeType, insts: list[Inst]) -> None:
     """Give each instruction its exception-table entry, read from the code object itself (the
-    stack depths are CPython's own; the abstract bytecode does not keep them)."""
-    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    stack depths are CPython's own; the abstract bytecode does not keep them).
+
+    The handler 3.12 puts around a generator's whole body is left out: as on 3.11, an exception
+    leaving the body leaves the generator's frame, and ``GeneratorValue`` deals with it (a
+    StopIteration is a RuntimeError there). Nothing of the generator runs for it, so a ``yield``
+    outside any ``try`` is not in one either."""
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    offsets = [i.offset for i in instrs]
     if len(offsets) != len(insts):
         raise Unsupported(f"the bytecode of {code.co_name}() (its instructions could not be matched up)")
     index = {off: k for k, off in enumerate(offsets)}
     for entry in dis._parse_exception_table(code):
+        if compat.is_generator_body_handler(instrs[index[entry.target]]):
+            continue
         handler = (index[entry.target], entry.depth, bool(entry.lasti))
         for k, off in enumerate(offsets):
             if entry.start <= off < entry.end:
@@ -159,6 +167,8 @@ class Translator:
         self.break_at: int | None = None
         #: The exception an ``except`` block of this frame is handling (PUSH_EXC_INFO).
         self.handled: Value | None = None
+        #: Root frame only: every generator created during the capture (values/generators.py).
+        self.generators: list = []
 
     # -- stack ----------------------------------------------------------------------------------
     def push(self, v: Value):
@@ -245,6 +255,8 @@ class Translator:
                     unsupported_opcode(self, inst)
                 fn(self, inst)
         except _Return as r:
+            if self.parent is None:
+                self.check_generators(at_break=False)
             return r.value
         except Unsupported as e:
             if e.where is None:
@@ -252,6 +264,25 @@ class Translator:
             if self.parent is None and e.break_index is None:
                 e.break_index = self.pc - 1  # the root instruction being run (a call site if inlined)
             raise
+
+    def check_generators(self, at_break: bool):
+        """Where the capture ends (a return, or a graph break): a generator left paused inside a
+        ``try`` block is closed by Python when it is dropped, which runs its ``except``/``finally``
+        blocks at that point; not captured, so the frame runs as plain Python."""
+        for gen in self.generators:
+            paused = gen.paused_in_try()
+            if paused is None:
+                continue
+            if at_break:
+                e = Unsupported(f"a graph break while {paused.describe()} is paused inside a `try` "
+                                "block (Python runs its `except`/`finally` blocks when it is closed "
+                                "or dropped)", "iterate it to the end before this line")
+            else:
+                e = Unsupported(f"leaving {paused.describe()} paused inside a `try` block (Python "
+                                "closes it when it is dropped, running its `except`/`finally` blocks)",
+                                "iterate it to the end, or close it outside the compiled function")
+            e.where = self.location()
+            raise e
 
     def jump(self, inst: Inst):
         self.pc = inst.target

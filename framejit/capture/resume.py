@@ -115,6 +115,10 @@ def plan_break(insts: list[Inst], index: int, markers: list[str]) -> BreakPlan:
     """Which instructions to run natively from ``index`` and where to resume, or Unsupported."""
     first = insts[index]
     if first.in_try and not only_with_blocks(insts, first):
+        target = first.handler[0]
+        if compat.is_comprehension_handler([i.name for i in insts[target:target + 64]]):
+            raise Unsupported("a graph break inside a list, set or dict comprehension",
+                              "write it as a for loop")
         raise Unsupported("a graph break inside a `try` block",
                           "move the unsupported line out of the try block")
     if first.name == "RAISE_VARARGS" and first.arg in (1, 2):

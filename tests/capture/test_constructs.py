@@ -200,6 +200,15 @@ def index_setitem(x):
     return y
 
 
+def slice_setitem(x, y):
+    # Two-part slices: BUILD_SLICE + STORE_SUBSCR on 3.11, STORE_SLICE (and BINARY_SLICE) on 3.12.
+    z = x.clone()
+    z[1:3] = y[:2]
+    items = [x, y, x * y, y - x]
+    items[1:3] = [x.sum()]
+    return z, items
+
+
 def sequence_index(x, y):
     items = [x, y, x + y]
     return items[-1] * items[0], items[1:]
@@ -628,6 +637,7 @@ CASES = [
         strict=True, reason="bug: x[bool_mask] has a data-dependent shape; running it on meta "
         "tensors fails (nonzero has no meta kernel), so the frame falls back")),
     (index_setitem, lambda: (r(4, 5),)),
+    (slice_setitem, lambda: (r(4, 5), r(4, 5))),
     (sequence_index, lambda: (r(4, 5), r(4, 5))),
     (fstring, lambda: (r(4, 5),)),
     (call_kwargs, lambda: (r(4, 5), r(4, 5))),

@@ -13,6 +13,7 @@ from torch import nn
 
 import framejit
 from framejit import _C
+from framejit.capture import compat
 from framejit.testing import assert_close_to_eager
 
 THIS_FILE = os.path.realpath(__file__)
@@ -287,6 +288,98 @@ def test_compiled_generator_runs_eagerly(stats):
     actual = list(compiled(x, 4))
     assert_close_to_eager(actual, list(powers(x, 4)))
     assert stats.captured == 0 and stats.graphs == 0
+
+
+def item_in_comprehension(x):
+    y = x * 2
+    return y + sum([t.item() for t in y])
+
+
+def test_graph_break_inside_a_comprehension_runs_the_frame_as_python(stats):
+    x = torch.randn(3)
+    assert_close_to_eager(framejit.compile(item_in_comprehension)(x), item_in_comprehension(x))
+    assert stats.graphs == 0 and stats.eager_frames >= 1
+    reasons = " ".join(message for _, message in stats.fallback_reasons)
+    assert "tensor.item()" in reasons
+    if compat.PY312_PLUS:
+        # Inlined in the function (PEP 709): the handler that puts its variable back is no `try`.
+        assert "a graph break inside a list, set or dict comprehension" in reasons
+        assert "`try`" not in reasons
+
+
+CLOSED = []
+
+
+def in_try_finally(x):
+    try:
+        yield x
+        yield x * 2
+    finally:
+        CLOSED.append("inner")
+
+
+def delegates(x):
+    yield from in_try_finally(x)
+
+
+def closes_delegating(x):
+    g = delegates(x)
+    first = next(g)
+    g.close()  # closes in_try_finally() too, which runs its `finally` block
+    return first + 1
+
+
+def test_closing_a_generator_that_delegates_to_one_in_try_runs_its_finally(stats):
+    x = torch.randn(3)
+    expected = closes_delegating(x)
+    assert CLOSED == ["inner"]
+    CLOSED.clear()
+    assert_close_to_eager(framejit.compile(closes_delegating)(x), expected)
+    assert CLOSED == ["inner"]
+    assert stats.eager_frames == 1
+    (reason,) = [message for _, message in stats.fallback_reasons]
+    assert "closing the generator in_try_finally() while it is paused inside a `try` block" in reason
+
+
+def first_item_only(x):
+    it = in_try_finally(x)
+    return next(it) + 1  # `it` is dropped on return: Python closes it, which runs its `finally`
+
+
+def returns_from_the_loop(x):
+    for t in in_try_finally(x):
+        return t * 2
+
+
+@framejit.disable
+def opaque(t):
+    return t * 3
+
+
+def breaks_after_leaving_the_loop(x):
+    for t in in_try_finally(x):
+        y = t * 2
+        break  # the generator is dropped here, and closed
+    return opaque(y) + 1
+
+
+@pytest.mark.parametrize("fn, words", [
+    (first_item_only, "leaving the generator in_try_finally() paused inside a `try` block"),
+    (returns_from_the_loop, "leaving the generator in_try_finally() paused inside a `try` block"),
+    (breaks_after_leaving_the_loop, "a graph break while the generator in_try_finally() is paused"),
+])
+def test_generator_left_paused_in_try_runs_the_frame_as_python(stats, fn, words):
+    # Its `finally` block runs when Python drops it: the capture cannot replay that.
+    x = torch.randn(3)
+    CLOSED.clear()
+    expected = fn(x)
+    assert CLOSED == ["inner"]
+    CLOSED.clear()
+    assert_close_to_eager(framejit.compile(fn)(x), expected)
+    assert CLOSED == ["inner"]
+    assert stats.graphs == 0 and stats.eager_frames == 1
+    (reason,) = [message for _, message in stats.fallback_reasons]
+    assert words in reason
 
 
 @framejit.compile

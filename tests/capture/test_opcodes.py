@@ -46,7 +46,7 @@ _INSTRUMENTED = {  # 3.12+: monitoring variants, never in a code object's own in
 # 3.12+: pseudo-instructions of the compiler and specialised forms, never in co_code as read.
 _PSEUDO_312 = {"POP_BLOCK", "SETUP_CLEANUP", "SETUP_FINALLY", "SETUP_WITH", "STORE_FAST_MAYBE_NULL",
                "LOAD_SUPER_METHOD", "LOAD_ZERO_SUPER_ATTR", "LOAD_ZERO_SUPER_METHOD", "RESERVED",
-               "INTERPRETER_EXIT"}
+               "INTERPRETER_EXIT", "JUMP", "JUMP_NO_INTERRUPT", "LOAD_METHOD"}
 
 #: Opcodes without a handler, per Python version.
 UNSUPPORTED = {
@@ -72,6 +72,11 @@ _INTERNAL_NAMES = ("Value", "Translator", "Inst", "HANDLERS", "Unsupported")
 def test_opcode_names_come_from_dis():
     assert compat.ALL_OPNAMES == ALL_OPNAMES
     assert set(HANDLERS) <= ALL_OPNAMES, "a handler is registered for an opcode this Python lacks"
+    # 3.12+ lists the compiler's pseudo-instructions (JUMP, LOAD_METHOD...) after the one-byte
+    # opcodes; no code object holds them, so a handler for one could never run.
+    pseudo = {name for name in ALL_OPNAMES if dis.opmap[name] > 255}
+    assert compat.PSEUDO_OPNAMES == pseudo
+    assert not pseudo & set(HANDLERS), f"handlers for pseudo-instructions: {sorted(pseudo & set(HANDLERS))}"
 
 
 @pytest.mark.skipif(VERSION not in UNSUPPORTED, reason=f"no opcode table for Python {VERSION}")

@@ -97,7 +97,7 @@ def call_intrinsic_1(tx, inst):
     elif kind == 6:  # INTRINSIC_LIST_TO_TUPLE
         items = tx.pop().iterate(tx)
         tx.push(TupleValue(items))
-    elif kind == 3:  # INTRINSIC_STOPITERATION_ERROR, in a generator's exception handler
+    elif kind == 3:  # INTRINSIC_STOPITERATION_ERROR: decode() leaves its handler out; not reached
         raise Unsupported("a generator raising StopIteration (RuntimeError)")
     else:
         raise Unsupported(f"the Python operation CALL_INTRINSIC_1({kind})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...errors import Unsupported
 from ..interpreter import handler
-from ..values.base import ConstantValue, const
+from ..values.base import ConstantValue, Value, const
 from ..values.containers import DictValue, ListValue, TupleValue
 from ..values.pycollections import SetValue
 
@@ -94,13 +94,18 @@ def set_update(tx, inst):
     tx.stack[-inst.arg].update(tx, v)
 
 
-@handler("BUILD_SLICE")
-def build_slice(tx, inst):
-    parts = tx.popn(inst.arg)
+def _slice(parts) -> Value:
+    """``slice(*parts)``: what ``BUILD_SLICE`` pushes, and the key of 3.12's ``BINARY_SLICE`` and
+    ``STORE_SLICE`` (``x[a:b]`` and ``x[a:b] = v`` without a ``BUILD_SLICE``)."""
     if not all(p.is_constant() for p in parts):
         raise Unsupported("a slice whose bounds are tensors",
                           "slice bounds must be Python ints; use torch.narrow or index_select for tensor bounds")
-    tx.push(const(slice(*[p.as_constant() for p in parts])))
+    return const(slice(*[p.as_constant() for p in parts]))
+
+
+@handler("BUILD_SLICE")
+def build_slice(tx, inst):
+    tx.push(_slice(tx.popn(inst.arg)))
 
 
 @handler("BINARY_SUBSCR")
@@ -127,21 +132,17 @@ def delete_subscr(tx, inst):
 
 @handler("BINARY_SLICE")
 def binary_slice(tx, inst):
-    end = tx.pop()
-    start = tx.pop()
+    key = _slice(tx.popn(2))
     container = tx.pop()
-    if not (start.is_constant() and end.is_constant()):
-        raise Unsupported("a slice whose bounds are tensors")
-    tx.push(container.getitem(tx, const(slice(start.as_constant(), end.as_constant()))))
+    tx.push(container.getitem(tx, key))
 
 
 @handler("STORE_SLICE")
 def store_slice(tx, inst):
-    end = tx.pop()
-    start = tx.pop()
+    key = _slice(tx.popn(2))
     container = tx.pop()
     value = tx.pop()
-    container.setitem(tx, const(slice(start.as_constant(), end.as_constant())), value)
+    container.setitem(tx, key, value)
 
 
 @handler("UNPACK_SEQUENCE")

@@ -1,8 +1,10 @@
 """Generator frames: start, ``yield``, and ``yield from`` (``SEND``).
 
 These run only in the translator of a :class:`GeneratorValue`, which resumes it one item at a
-time (see ``values/generators.py``). Exception paths (``CLEANUP_THROW``, the 3.12
-``INTRINSIC_STOPITERATION_ERROR`` handler) are never reached on the path where nothing raises.
+time (see ``values/generators.py``). ``CLEANUP_THROW`` (3.12) is reached only by ``throw()``,
+which is not captured; the 3.12 handler around a generator's body (``INTRINSIC_STOPITERATION_ERROR``)
+is left out of the exception table when the code is decoded, so an exception leaving the body
+leaves the generator as on 3.11.
 """
 
 from __future__ import annotations

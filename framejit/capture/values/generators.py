@@ -50,7 +50,12 @@ def inline_generator(tx, code, f_globals, args, kwargs, *, defaults=None, kwdefa
     bind_arguments(tx, frame, code, args, kwargs, defaults, kwdefaults)
     for cell_name, cell in zip(code.co_freevars, closure or ()):
         frame.cells[cell_name] = cell
-    return GeneratorValue(frame, name)
+    gen = GeneratorValue(frame, name)
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    root.generators.append(gen)  # checked when the capture ends (Translator.check_generators)
+    return gen
 
 
 _CREATED, _SUSPENDED, _RUNNING, _DONE = "created", "suspended", "running", "done"
@@ -128,6 +133,43 @@ class GeneratorValue(LazyIteratorValue):
             return _generator_method(tx, self, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
+    def _delegate(self) -> GeneratorValue | None:
+        """The generator a ``yield from`` this one is paused in delegates to."""
+        frame = self.frame
+        if self.state != _SUSPENDED or frame.insts[frame.pc - 2].name != "SEND":
+            return None
+        receiver = frame.stack[-1]
+        return receiver if isinstance(receiver, GeneratorValue) else None
+
+    def paused_in_try(self) -> GeneratorValue | None:
+        """The generator, this one or one its ``yield from`` delegates to, paused inside a
+        ``try`` block, whose ``except``/``finally`` blocks would run when this one is closed
+        (by ``close()``, or by Python when it is dropped); None if closing runs no code."""
+        if self.state != _SUSPENDED:
+            return None
+        frame = self.frame
+        entry = frame.insts[frame.pc - 1].handler
+        if entry is not None and frame.insts[entry[0]].name == compat.YIELD_FROM_HANDLER:
+            entry = frame.insts[entry[0]].handler  # what covers the `yield from` statement
+        if entry is not None:  # GeneratorExit would run the handlers around the `yield`
+            return self
+        delegate = self._delegate()
+        return delegate.paused_in_try() if delegate is not None else None
+
+    def close(self):
+        """``gen.close()``: GeneratorExit at the paused ``yield``, after closing the generator a
+        ``yield from`` there delegates to, as Python does. Captured when that runs none of their
+        code: no ``try`` around either ``yield``."""
+        paused = self.paused_in_try()
+        if paused is not None:
+            raise Unsupported(f"closing {paused.describe()} while it is paused inside a `try` block",
+                              "closing runs its `except`/`finally` blocks, which is not captured")
+        delegate = self._delegate()
+        if delegate is not None:
+            delegate.close()
+        self.state = _DONE
+        self.exhausted = True
+
     def getattr(self, tx, name):
         if name in ("send", "__next__", "close"):
             return BoundMethod(self, name)
@@ -142,12 +184,7 @@ def _generator_method(tx, obj, name: str, args, kwargs):
     if kwargs or len(args) != (1 if name == "send" else 0):
         raise Unsupported(f"calling {what}() with these arguments (TypeError)")
     if name == "close":
-        if gen.state == _SUSPENDED and getattr(gen.frame.insts[gen.frame.pc - 1], "in_try", True):
-            # GeneratorExit would run the handlers around the paused `yield`.
-            raise Unsupported(f"closing {gen.describe()} while it is paused inside a `try` block",
-                              "closing runs its `except`/`finally` blocks, which is not captured")
-        gen.state = _DONE
-        gen.exhausted = True
+        gen.close()
         return NONE
     v = gen.send(args[0]) if name == "send" else gen.next()
     if v is None:
