@@ -28,6 +28,7 @@ from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
+from .rerun import RandomState
 from .resume import (
     ITER,
     NULL,
@@ -436,7 +437,7 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
         tx.cells[var] = RealCell(cell, FreeVarSource(var))
     n = len(_C.get_cache_entries(code))
     label = f"{code.co_name} {os.path.basename(code.co_filename)}:{code.co_firstlineno} #{n}"
-    rng = _RandomState()
+    rng = RandomState()
     try:
         try:
             ret = tx.run()
@@ -463,24 +464,6 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
         from ..debug.dump import dump_entry
         dump_entry(ctx.options.dump_dir, code, info, label)
     return info
-
-
-class _RandomState:
-    """The random generators' state before a capture, put back after it: nothing capture runs
-    may move the user's random stream (the graph's own random ops run later, in order)."""
-
-    def __init__(self):
-        import torch
-
-        self.cpu = torch.random.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-
-    def restore(self):
-        import torch
-
-        torch.random.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
 
 
 def _split_frame(ctx, code, func, tx, label):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import operator
 import re
 import types
 
@@ -23,6 +24,7 @@ from ..backends.registry import compile_graph, lookup_backend
 from ..errors import BackendError, Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
+from . import rerun as rerun_mod
 from .guards import GuardSet
 from .resume import NativeResult
 from .side_effects import SideEffects
@@ -218,6 +220,7 @@ class OutputGraph:
         gm = compiled = None
         if has_graph:
             graph.output(tuple(cg.graph_outputs))
+            _keep_unused_operations(graph)
             graph.eliminate_dead_code()
             self._prune_unused_inputs()
             if self.options.lint:
@@ -250,14 +253,21 @@ class OutputGraph:
                           f"    {cg.const_name(torch._C._set_grad_enabled)}({restore})", "    raise"]
             else:
                 calls.append(f"___o = {call}")
-            rerun = self._rerun_on_error(code, graph, as_tuple)
-            if rerun is not None:
-                # The graph runs before anything else the frame does is visible, and it changed
-                # nothing outside: if it raises, run the frame again as plain Python, so the
-                # user's `try` and every side effect before the failing operation are as eager.
-                params = ", ".join(argnames)
-                again = f"{cg.const_name(rerun)}({params})"
-                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:",
+            plan = self._rerun_plan(graph)
+            if plan is not None:
+                # If the graph raises, run the frame again as plain Python (see rerun.py), so
+                # the user's `try` and every side effect before the failing operation are as
+                # in eager; first put back what the graph changed.
+                saved = ", ".join(cg.source_expr(self._source_of(n)) for n in plan.saved)
+                undo = []
+                if plan.saved:
+                    lines.append(f"___saved = {cg.const_name(rerun_mod.save_inputs)}({saved})")
+                    undo.append(f"    {cg.const_name(rerun_mod.restore_inputs)}(___saved, ({saved},))")
+                if plan.random:
+                    lines.append(f"___rng = {cg.const_name(rerun_mod.RandomState)}()")
+                    undo.append("    ___rng.restore()")
+                again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
+                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:", *undo,
                          f"    raise {cg.const_name(NativeResult)}({again})" if as_tuple
                          else f"    return {again}"]
             lines.extend(calls)
@@ -277,22 +287,27 @@ class OutputGraph:
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled
 
-    def _rerun_on_error(self, code, graph, as_tuple: bool):
-        """A function that runs the frame again as plain Python, for when the graph raises, or
-        None where that would not be what eager does: the graph changed a tensor in place or
-        drew random numbers before it raised, or grad mode or autocast blocks span the frame's
-        edge (a graph break inside them)."""
+    def _rerun_plan(self, graph):
+        """How to run the frame again as plain Python if the graph raises (rerun.py), or None:
+        not when grad mode or autocast blocks span the frame's edge (a graph break inside
+        them), nor where the failed graph cannot be undone."""
         if self.grad_mode_handover or self.outside_grad_exits or self.autocast_handover \
                 or self.outside_autocast_exits or self.f_globals is None:
             return None
-        for node in graph.nodes:
-            if node.op in ("placeholder", "output", "get_attr"):
-                continue
-            if node.op == "call_function" and node.target in _STATE_SWITCHES:
-                continue  # put back by the entry function's own handlers
-            if node.meta.get("impure") or node.is_impure():
-                return None
-        return native_rerun(code, self.f_globals)
+        return rerun_mod.plan(graph, lambda target: target in _STATE_SWITCHES, self._same_memory)
+
+    def _same_memory(self, a, b) -> bool:
+        """Whether two graph inputs share memory in the call being captured."""
+        ra, rb = self._real_inputs.get(a), self._real_inputs.get(b)
+        if ra is None or rb is None or ra.device != rb.device:
+            return False
+        try:
+            return ra.untyped_storage().data_ptr() == rb.untyped_storage().data_ptr()
+        except RuntimeError:  # a tensor without storage (sparse, a subclass)
+            return False
+
+    def _source_of(self, placeholder):
+        return next(src for src, _, node in self.inputs if node is placeholder)
 
     def _prune_unused_inputs(self):
         alive = set()
@@ -405,29 +420,16 @@ def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
     return bc.to_code()
 
 
-def native_rerun(code: types.CodeType, f_globals: dict):
-    """``rerun(*argument_slots, *closure_cells)``: call a function of ``code`` with capture off,
-    rebuilding the call from the frame's argument slots (positional, keyword-only, ``*args``,
-    ``**kwargs``) as the trampoline passes them."""
-    nargs, nkw = code.co_argcount, code.co_kwonlyargcount
-    kwnames = code.co_varnames[nargs:nargs + nkw]
-    varargs = bool(code.co_flags & compat.CO_VARARGS)
-    varkw = bool(code.co_flags & compat.CO_VARKEYWORDS)
-    nslots = compat.arg_slot_count(code)
-
-    def rerun(*slots):
-        fn = types.FunctionType(code, f_globals, code.co_name, None, tuple(slots[nslots:]) or None)
-        args = list(slots[:nargs])
-        kwargs = dict(zip(kwnames, slots[nargs:nargs + nkw]))
-        i = nargs + nkw
-        if varargs:
-            args.extend(slots[i])
-            i += 1
-        if varkw:
-            kwargs.update(slots[i])
-        return _C.CompiledFunction(fn, None)(*args, **kwargs)
-
-    return rerun
+def _keep_unused_operations(graph) -> None:
+    """The program computed these values and never used them, but eager would still raise if
+    one of them failed (``c = torch.linalg.cholesky(a)`` with ``c`` unused): keep them. Only
+    picking an item of an operation's tuple result is dropped when unused."""
+    for node in graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module") and not node.users:
+            tuple_item = node.target is operator.getitem and node.args \
+                and isinstance(getattr(node.args[0], "meta", {}).get("val"), (tuple, list))
+            if not tuple_item:
+                node.meta["keep"] = True
 
 
 def _identifier(name: str) -> str:

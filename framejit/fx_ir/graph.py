@@ -259,11 +259,12 @@ class Graph:
 
     def eliminate_dead_code(self) -> bool:
         """Erase nodes whose result is unused and that have no side effect
-        (:meth:`Node.is_impure`). Returns whether anything was erased."""
+        (:meth:`Node.is_impure`) and are not marked ``meta["keep"]`` (an operation the program
+        ran for its possible error). Returns whether anything was erased."""
         changed = False
         # Walking backwards, a node's users were already visited (and erased if dead).
         for node in reversed(self.nodes):
-            if not node.users and not node.is_impure():
+            if not node.users and not node.is_impure() and not node.meta.get("keep"):
                 self.erase_node(node)
                 changed = True
         return changed

@@ -554,3 +554,90 @@ def test_enter_side_effect_on_a_global_list_is_kept():
         compiled(torch.ones(1), mine)
         assert LOG == eager_log == ["enter g", "exit g"]
         assert mine == theirs
+
+
+# -- 3 (continued): graphs that change tensors in place, then raise; unused operations that raise
+
+GF = 0.5
+
+
+def write_then_overlapping_in_place(x, lst, d, obj):
+    global GF
+    GF = GF * 2.0
+    d.update(m=1)
+    obj.log.append("before")
+    lst[-1].sub_(lst[0][1])  # raises when lst[-1] is lst[0]: the memory overlaps
+    x.add_(1)
+    return x
+
+
+class Holder:
+    def __init__(self):
+        self.log = []
+
+
+@pytest.mark.parametrize("aliased", [False, True])
+def test_in_place_graph_that_raises_keeps_earlier_side_effects(aliased, stats):
+    global GF
+
+    def inputs():
+        a = torch.arange(3.0)
+        lst = [a, a] if aliased else [a, torch.arange(3.0) + 1]
+        return torch.zeros(2), lst, {"n": 1}, Holder()
+
+    compiled = framejit.compile(write_then_overlapping_in_place)
+    for _ in range(2):
+        GF = 0.5
+        eager_args, args = inputs(), inputs()
+        eager_error = compiled_error = None
+        try:
+            expected = write_then_overlapping_in_place(*eager_args)
+        except RuntimeError as e:
+            eager_error = str(e)
+        eager_gf = GF
+        GF = 0.5
+        try:
+            got = compiled(*args)
+        except RuntimeError as e:
+            compiled_error = str(e)
+        assert compiled_error == eager_error and GF == eager_gf
+        assert args[2] == eager_args[2] and args[3].log == eager_args[3].log
+        torch.testing.assert_close(args[1], eager_args[1])
+        torch.testing.assert_close(args[0], eager_args[0])  # x.add_(1) ran only without error
+        if eager_error is None:
+            torch.testing.assert_close(got, expected)
+    assert stats.eager_frames == 0
+
+
+def test_in_place_graph_without_possible_errors_saves_nothing():
+    def step(p, g):
+        p.add_(g, alpha=-0.1)
+        return p
+
+    compiled = framejit.compile(step)
+    compiled(torch.ones(3), torch.ones(3))
+    info = framejit._C.get_cache_entries(step.__code__)[0][3]
+    assert "___saved" not in info.entry_source and "___rng" not in info.entry_source
+
+
+def test_unused_operation_that_raises_still_raises(stats):
+    def f(x, y):
+        unused = x.double() @ y  # noqa: F841  (eager raises: dtypes differ)
+        return x + 1
+
+    with pytest.raises(RuntimeError) as eager:
+        f(torch.ones(2, 2), torch.ones(2))
+    with pytest.raises(RuntimeError) as compiled:
+        framejit.compile(f)(torch.ones(2, 2), torch.ones(2))
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_cholesky_of_an_unused_result_raises_as_in_eager():
+    def f(x):
+        with torch.no_grad():
+            v = x.sum()
+            c = torch.linalg.cholesky(-torch.eye(2))  # noqa: F841
+        return v
+
+    with pytest.raises(RuntimeError):
+        framejit.compile(f)(torch.ones(2))

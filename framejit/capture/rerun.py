@@ -1,0 +1,199 @@
+"""What the entry function does when its graph raises: run the frame again as plain Python.
+
+The graph runs before anything else the frame does becomes visible (side effects are replayed
+after it), so when it raises, running the frame's own code from the start gives exactly what
+eager gives: the user's ``try`` catches the error, context managers' ``__exit__`` run, and every
+side effect before the failing operation happens. That is only true if the failed graph left
+nothing behind:
+
+* a graph that only computes new tensors leaves nothing: it is run again at once;
+* a graph that changes tensors from outside in place (``x.add_(1)``, BatchNorm's running stats)
+  or draws random numbers has changed the world before it raised. For graphs that may raise at
+  run time (:func:`may_raise`: operations whose errors depend on values, or an in-place
+  operation that may read the memory it writes), the entry function saves those tensors (and
+  the random generators' state) before the graph and puts them back before running the frame
+  again. Other such graphs are not expected to raise; if one does, the error goes on as it is.
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from dataclasses import dataclass
+
+import torch
+
+from .. import _C
+from . import compat
+
+#: Operations whose errors depend on the values of their inputs (not checked on meta examples).
+_VALUE_CHECKED = frozenset({
+    "cholesky", "linalg_cholesky", "cholesky_ex", "inverse", "linalg_inv", "inv", "solve",
+    "linalg_solve", "cholesky_solve", "cholesky_inverse", "lu", "lu_factor", "linalg_lu_factor",
+    "det", "logdet", "slogdet", "matrix_power", "pinverse", "eig", "eigh", "svd", "lstsq",
+    "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+    "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_",
+    "index_put", "index_put_", "take", "take_along_dim", "embedding", "embedding_bag",
+    "one_hot", "multinomial", "bincount", "repeat_interleave", "_assert", "_assert_async",
+    "masked_select", "nonzero", "searchsorted", "bucketize", "cross_entropy", "nll_loss",
+})
+#: Indexing, which raises for an index tensor holding an index out of range.
+_INDEXING = frozenset({"getitem", "__getitem__", "setitem", "__setitem__"})
+#: Operations whose result may share memory with their first argument.
+_VIEWS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
+    "transpose", "t", "T", "mT", "H", "mH", "permute", "expand", "expand_as", "narrow", "select",
+    "getitem", "__getitem__", "unbind", "split", "chunk", "tensor_split", "diagonal", "as_strided",
+    "detach", "alias", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16",
+    "int", "long", "bool", "movedim", "moveaxis", "swapaxes", "swapdims", "unfold", "real", "imag",
+    "view_as_real", "view_as_complex", "data", "getattr", "split_with_sizes", "hsplit", "vsplit",
+    "dsplit", "squeeze_", "unsqueeze_", "transpose_", "t_", "requires_grad_",
+})
+_INPLACE_OPERATORS = frozenset({operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                                operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
+                                operator.iand, operator.ior, operator.ixor, operator.ilshift,
+                                operator.irshift, operator.setitem})
+
+
+@dataclass
+class RerunPlan:
+    """How to run a frame again after its graph raised: ``saved`` are the graph inputs
+    (placeholders) it changes in place, to copy before the graph and put back after a failure;
+    ``random`` says whether to put the random generators back too."""
+
+    saved: list
+    random: bool
+
+
+def _name(node) -> str:
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+def _is_inplace(node) -> bool:
+    if node.op == "call_function" and node.target in _INPLACE_OPERATORS:
+        return True
+    name = _name(node)
+    return (name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
+
+
+def root(node):
+    """The node whose memory ``node``'s value may share: through views and in-place results
+    back to an input or to the operation that allocated it."""
+    while node.op in ("call_function", "call_method") and node.args \
+            and (_name(node) in _VIEWS or _is_inplace(node)) and hasattr(node.args[0], "op"):
+        node = node.args[0]
+    return node
+
+
+def _tensor_args(node):
+    for a in list(node.args[1:]) + list(node.kwargs.values()):
+        if hasattr(a, "op"):
+            yield a
+
+
+def _indexes_by_tensor(node) -> bool:
+    index = node.args[1] if len(node.args) > 1 else None
+    items = index if isinstance(index, (tuple, list)) else (index,)
+    return any(isinstance(getattr(i, "meta", {}).get("val"), torch.Tensor) for i in items)
+
+
+def may_raise(graph, same_memory) -> bool:
+    """Whether the graph may raise when it runs although its example run did not: an
+    operation whose errors depend on values, or an in-place operation reading memory it may
+    also write (``x.sub_(x[1])`` raises when the real tensors overlap; ``same_memory(a, b)``
+    says whether two inputs share memory in this call)."""
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = _name(node)
+        if name in _VALUE_CHECKED or (name in _INDEXING and _indexes_by_tensor(node)):
+            return True
+        if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
+            written = root(node.args[0])
+            if any(root(a) is written or same_memory(root(a), written) for a in _tensor_args(node)):
+                return True
+    return False
+
+
+def plan(graph, is_state_switch, same_memory) -> RerunPlan | None:
+    """How to run the frame again if ``graph`` raises; None where that cannot be exact."""
+    saved: dict = {}
+    random = False
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        if node.op == "call_function" and is_state_switch(node.target):
+            continue  # put back by the entry function's own handlers
+        if not (node.meta.get("impure") or node.is_impure()):
+            continue
+        if node.op == "call_module":
+            return None
+        if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
+            written = root(node.args[0])
+            if written.op == "placeholder":
+                saved[written] = None
+            elif written.op == "get_attr":
+                return None
+            # else: a tensor the graph made itself changes, which nobody outside sees
+        else:
+            random = True  # a random draw (or another effect): put the generators back
+    if (saved or random) and not may_raise(graph, same_memory):
+        return None  # not expected to raise; saving on every call would cost for nothing
+    return RerunPlan(list(saved), random)
+
+
+def save_inputs(*tensors):
+    """Used by entry functions: copies of the inputs a graph changes in place."""
+    with torch.no_grad():
+        return [t.detach().clone() for t in tensors]
+
+
+def restore_inputs(saved, tensors) -> None:
+    """Used by entry functions after a failed graph: the inputs as they were before it."""
+    with torch.no_grad():
+        for s, t in zip(saved, tensors):
+            t.copy_(s)
+
+
+class RandomState:
+    """The random generators' state before a capture, put back after it: nothing capture runs
+    may move the user's random stream (the graph's own random ops run later, in order)."""
+
+    def __init__(self):
+        import torch
+
+        self.cpu = torch.random.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+    def restore(self):
+        import torch
+
+        torch.random.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+def native_rerun(code: types.CodeType, f_globals: dict):
+    """``rerun(*argument_slots, *closure_cells)``: call a function of ``code`` with capture off,
+    rebuilding the call from the frame's argument slots (positional, keyword-only, ``*args``,
+    ``**kwargs``) as the trampoline passes them."""
+    nargs, nkw = code.co_argcount, code.co_kwonlyargcount
+    kwnames = code.co_varnames[nargs:nargs + nkw]
+    varargs = bool(code.co_flags & compat.CO_VARARGS)
+    varkw = bool(code.co_flags & compat.CO_VARKEYWORDS)
+    nslots = compat.arg_slot_count(code)
+
+    def rerun(*slots):
+        fn = types.FunctionType(code, f_globals, code.co_name, None, tuple(slots[nslots:]) or None)
+        args = list(slots[:nargs])
+        kwargs = dict(zip(kwnames, slots[nargs:nargs + nkw]))
+        i = nargs + nkw
+        if varargs:
+            args.extend(slots[i])
+            i += 1
+        if varkw:
+            kwargs.update(slots[i])
+        return _C.CompiledFunction(fn, None)(*args, **kwargs)
+
+    return rerun
