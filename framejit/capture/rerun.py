@@ -71,10 +71,16 @@ def _name(node) -> str:
 
 
 def _is_inplace(node) -> bool:
+    """Whether ``node`` writes into a tensor argument (its first, or ``out=``)."""
+    if "out" in node.kwargs:
+        return True
+    first = node.args[0] if node.args else None
+    if not isinstance(getattr(first, "meta", {}).get("val"), torch.Tensor):
+        return False  # `n += 1` on a number carried in as an input is no write
     if node.op == "call_function" and node.target in _INPLACE_OPERATORS:
         return True
     name = _name(node)
-    return (name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
+    return name.endswith("_") and not name.endswith("__")
 
 
 def root(node):

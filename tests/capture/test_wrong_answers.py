@@ -641,3 +641,20 @@ def test_cholesky_of_an_unused_result_raises_as_in_eager():
 
     with pytest.raises(RuntimeError):
         framejit.compile(f)(torch.ones(2))
+
+
+def test_number_carried_across_a_break_and_added_in_place(capsys):
+    def f(d, obj):
+        print(f"n={obj.n}")
+        d["n"] += d["n"]
+        d["a"] += d["a"] * d["n"]
+        return d["a"]
+
+    class Obj:
+        n = 2
+
+    mine, theirs = {"a": torch.ones(2), "n": 2}, {"a": torch.ones(2), "n": 2}
+    compiled = framejit.compile(f)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(mine, Obj()), f(theirs, Obj()))
+        assert mine["n"] == theirs["n"]
