@@ -218,6 +218,7 @@ class OutputGraph:
                               "use `with torch.autocast(...):` inside, or switch autocast before the call")
         has_graph = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
         gm = compiled = None
+        rerun_call = None
         if has_graph:
             graph.output(tuple(cg.graph_outputs))
             _keep_unused_operations(graph)
@@ -267,15 +268,18 @@ class OutputGraph:
                     lines.append(f"___rng = {cg.const_name(rerun_mod.RandomState)}()")
                     undo.append("    ___rng.restore()")
                 again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
-                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:", *undo,
-                         f"    raise {cg.const_name(NativeResult)}({again})" if as_tuple
-                         else f"    return {again}"]
+                # Run again after the `except` block, so that an error of the plain run is not
+                # shown as raised "during handling" of the graph's.
+                rerun_call = f"raise {cg.const_name(NativeResult)}({again})" if as_tuple else f"return {again}"
+                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:",
+                         *(undo or ["    pass"]), "else:"]
             lines.extend(calls)
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
         # writes to the world outside, in the order the function made them.
-        lines.extend(cg.post_lines)
-        lines.extend(replay)
-        lines.append(f"return {ret}")
+        tail = [*cg.post_lines, *replay, f"return {ret}"]
+        if rerun_call is not None:
+            tail = [f"    {line}" for line in tail] + [rerun_call]
+        lines.extend(tail)
         fn_name = f"___entry_{next(_entry_ids)}"
         body = "\n    ".join(lines)
         src = f"def {fn_name}({', '.join(argnames)}):\n    {body}\n"

@@ -163,18 +163,14 @@ def restore_inputs(saved, tensors) -> None:
 
 
 class RandomState:
-    """The random generators' state before a capture, put back after it: nothing capture runs
-    may move the user's random stream (the graph's own random ops run later, in order)."""
+    """The random generators' state, to put back later: before a capture (nothing capture runs
+    may move the user's random stream) and before a graph that may be run again."""
 
     def __init__(self):
-        import torch
-
         self.cpu = torch.random.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
 
     def restore(self):
-        import torch
-
         torch.random.set_rng_state(self.cpu)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
