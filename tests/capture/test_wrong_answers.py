@@ -658,3 +658,19 @@ def test_number_carried_across_a_break_and_added_in_place(capsys):
     for _ in range(2):
         torch.testing.assert_close(compiled(mine, Obj()), f(theirs, Obj()))
         assert mine["n"] == theirs["n"]
+
+
+def test_native_error_at_a_second_break_in_a_user_block_reaches_its_exit(capsys):
+    def f(x, log):
+        with LoggingCtx(log, "c"):
+            y = x + int(x.sum().item() > 0)  # a break: the rest is a resume function
+            print("inside")                   # a second break, in the resume function
+            z = y + undefined_name  # noqa: F821  (NameError, run natively)
+        return z
+
+    mine, theirs = [], []
+    with pytest.raises(NameError):
+        f(torch.ones(2), theirs)
+    with pytest.raises(NameError):
+        framejit.compile(f)(torch.ones(2), mine)
+    assert mine == theirs == ["enter c", "exit c"]

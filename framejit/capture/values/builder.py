@@ -96,6 +96,11 @@ def wrap(tx, obj, source: Source) -> Value:
     return v
 
 
+def _is_carried_block_exit(source: Source, method) -> bool:
+    from ..resume import is_internal_name
+    return method.__func__.__name__ == "__exit__" and is_internal_name(getattr(source, "local", ""))
+
+
 def _wrap(tx, obj, source: Source) -> Value:
     out = tx.output
     if type(obj) is GradModeRestore:
@@ -160,7 +165,13 @@ def _wrap(tx, obj, source: Source) -> Value:
         from .functions import MethodValue
         out.guards.add(G.TypeGuard(source, t))
         out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
-        return MethodValue(obj.__func__, wrap(tx, obj.__self__, _SelfSource(source)), source)
+        owner = wrap(tx, obj.__self__, _SelfSource(source))
+        if _is_carried_block_exit(source, obj):
+            # A `with` block's __exit__ a resume function received on its stack: the end of
+            # that block, left (seeing the exception) if a later break's native code raises.
+            from ..ops.blocks import UserContextExit
+            return UserContextExit(owner, obj.__func__)
+        return MethodValue(obj.__func__, owner, source)
     if callable(obj):
         out.guards.add(G.IdGuard(source, obj))
         return _wrap_callable(tx, obj, source)
