@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 DEPS      := $(VENV)/.deps-stamp
 EXT       := $(VENV)/.ext-stamp
 
-.PHONY: setup demo test test-py test-hook bench lint clean
+.PHONY: setup demo test test-py test-hook bench lint clean fuzz
 
 setup: $(EXT)
 
@@ -46,3 +46,13 @@ lint: setup
 
 clean:
 	rm -rf build $(VENV) .venv-py3* framejit/*.so *.egg-info
+
+# The differential fuzzer (tests/fuzz): N generated programs from SEED, eager against compiled, on
+# JOBS worker processes; failures are shrunk into $(FUZZ_OUT). `make test` runs a fixed sample.
+N         ?= 1000
+SEED      ?= 1
+JOBS      ?= 2
+FUZZ_OUT  ?= build/fuzz-failures
+
+fuzz: setup
+	$(PY) -m tests.fuzz.campaign --seed $(SEED) --count $(N) --jobs $(JOBS) --out $(FUZZ_OUT)
