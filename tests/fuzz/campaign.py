@@ -3,6 +3,10 @@ subprocesses, a summary, and a shrunk reproducer for each distinct kind of failu
 
     python -m tests.fuzz.campaign --seed 1 --count 10000 --jobs 2 [--out fuzz-failures]
     python -m tests.fuzz.campaign --program 10000042      # one program: its source and result
+    python -m tests.fuzz.campaign --reduce 10000042       # one failing program, shrunk
+
+``--avoid hasattr,...`` leaves out constructs (generator.FEATURES) behind known failures, to find
+others; a campaign that counts must not use it.
 
 Program ``i`` of a campaign with seed ``S`` is generated from seed ``S * 10**7 + i`` (its id),
 so any program can be re-created alone from the id that a report gives.
@@ -40,6 +44,7 @@ class Summary:
     failures: list = field(default_factory=list)  # results with a FAILED status, with "seed"
     graphs: int = 0
     with_graphs: int = 0  # programs where compiling put something in a graph
+    avoid: tuple = ()
 
     @property
     def differences(self) -> int:
@@ -54,13 +59,13 @@ class Summary:
                 f"crashes={self.crashes} (timeouts {self.statuses['timeout']}) "
                 f"invalid={self.statuses['invalid'] + self.statuses['harness-error']} "
                 f"programs with graphs={self.with_graphs} graphs={self.graphs} "
-                f"time={self.seconds:.0f}s")
+                f"time={self.seconds:.0f}s" + (f" avoid={','.join(self.avoid)}" if self.avoid else ""))
 
 
 def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
-                 progress: bool = False) -> Summary:
+                 progress: bool = False, avoid: tuple = ()) -> Summary:
     """Runs programs 0..count-1 of ``seed`` on ``jobs`` workers."""
-    summary = Summary(seed, count)
+    summary = Summary(seed, count, avoid=tuple(avoid))
     todo: queue.Queue = queue.Queue()
     for index in range(count):
         todo.put(program_seed(seed, index))
@@ -75,8 +80,9 @@ def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
                     pseed = todo.get_nowait()
                 except queue.Empty:
                     return
-                result = worker.run({"id": pseed, "seed": pseed})
+                result = worker.run({"id": pseed, "seed": pseed, "avoid": list(avoid)})
                 result["seed"] = pseed
+                result["avoid"] = list(avoid)
                 with lock:
                     _record(summary, result)
                     done = sum(summary.statuses.values())
@@ -131,7 +137,7 @@ def still_fails_like(result: dict, worker: Worker):
 
 def reproduce(result: dict, worker: Worker, budget: int = 400) -> str:
     """The shrunk program of a failure, with a header saying how it fails."""
-    program = generate(result["seed"])
+    program = generate(result["seed"], avoid=result.get("avoid", ()))
     small = shrink(program, still_fails_like(result, worker), budget)
     final = worker.run({"id": "final", "source": small.source()})
     lines = [f"# framejit fuzz failure: program {result['seed']} ({signature(result)})",
@@ -153,16 +159,28 @@ def main(argv=None) -> int:
     parser.add_argument("--shrink", type=int, default=10,
                         help="shrink at most this many failures, one per distinct class")
     parser.add_argument("--program", type=int, help="run one program by id and print it")
+    parser.add_argument("--reduce", type=int, help="shrink one failing program by id and print it")
+    parser.add_argument("--avoid", default="", help="comma-separated generator.FEATURES to leave out")
     args = parser.parse_args(argv)
+    avoid = tuple(a for a in args.avoid.split(",") if a)
 
-    if args.program is not None:
-        worker = Worker(args.timeout)
-        print(generate(args.program).source())
-        print(worker.run({"id": args.program, "seed": args.program}))
+    if args.reduce is not None:
+        worker = Worker(min(args.timeout, 30.0))
+        result = worker.run({"id": args.reduce, "seed": args.reduce, "avoid": list(avoid)})
+        result["seed"], result["avoid"] = args.reduce, list(avoid)
+        print(reproduce(result, worker) if result["status"] in FAILED else result)
         worker.close()
         return 0
 
-    summary = run_campaign(args.seed, args.count, args.jobs, args.timeout, progress=True)
+    if args.program is not None:
+        worker = Worker(args.timeout)
+        print(generate(args.program, avoid=avoid).source())
+        print(worker.run({"id": args.program, "seed": args.program, "avoid": list(avoid)}))
+        worker.close()
+        return 0
+
+    summary = run_campaign(args.seed, args.count, args.jobs, args.timeout, progress=True,
+                           avoid=avoid)
     print(summary.line(), flush=True)
     classes: dict[str, list] = {}
     for result in summary.failures:
@@ -173,9 +191,9 @@ def main(argv=None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         worker = Worker(min(args.timeout, 30.0))  # a candidate that hangs is just not kept
-        for sig, results in list(classes.items())[:args.shrink]:
+        for results in list(classes.values())[:args.shrink]:
             # The smallest generated program of a class shrinks fastest.
-            smallest = min(results[:20], key=lambda r: generate(r["seed"]).size())
+            smallest = min(results[:20], key=lambda r: generate(r["seed"], avoid=avoid).size())
             path = out / f"seed{args.seed}-program{smallest['seed']}.py"
             path.write_text(reproduce(smallest, worker))
             print(f"  shrunk: {path}", flush=True)

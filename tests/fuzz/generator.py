@@ -71,8 +71,21 @@ BINARY = ["+", "-", "*"]
 EXCEPTIONS = ["ValueError", "KeyError", "IndexError", "RuntimeError", "ZeroDivisionError"]
 
 
+# Constructs that ``avoid`` can leave out. By default nothing is left out: this is for finding
+# further kinds of failure while a known one (named here) would otherwise hide them.
+FEATURES = {
+    "hasattr": "hasattr(obj, ...) on an object whose attributes the function changes",
+    "mutate-while-iterating": "appending to lst inside `for u in lst`",
+    "global-read-write": "n = G0; G0 = G0 + 1",
+    "dict-views": "d.keys()/values()/items() kept in a variable while d changes",
+    "graph-exceptions": "a tensor op that raises inside `try`",
+    "user-context-managers": "`with` on Ctx / @contextmanager objects",
+}
+
+
 class Generator:
-    def __init__(self, seed: int, max_statements: int = 14):
+    def __init__(self, seed: int, max_statements: int = 14, avoid: frozenset = frozenset()):
+        self.avoid = avoid
         self.rng = random.Random(seed)
         self.seed = seed
         self.counter = 0
@@ -109,8 +122,9 @@ class Generator:
             lambda: f"({self.int_expr(s)} + {self.rng.randint(1, 3)}) % 5",
             lambda: f"{self.pick(s.pairs)}.b" if s.pairs else "2",
             lambda: f"len({self.pick(s.views)})" if s.views else "0",
+            lambda: f"len({self.tensor_expr(s, 2)[0]}.tolist())",
         ]
-        return self.rng.choices(options, [2, 3, 4, 1, 0.7, 0.5, 0.5])[0]()
+        return self.rng.choices(options, [2, 3, 4, 1, 0.7, 0.5, 0.5, 0.3])[0]()
 
     def num_expr(self, s: Scope) -> str:
         if s.floats and self.chance(0.3):
@@ -188,7 +202,7 @@ class Generator:
             if kind == 0:
                 return f"helper({a}, {self.int_expr(s)})", sa
             if kind == 1:
-                return f"obj.scale({a})", sa
+                return self.pick([f"obj.scale({a})", f"noisy({a})"]), sa
             if kind == 2:
                 return f"sum(scaled({a}, {self.rng.randint(1, 3)}))", sa
             if kind == 3:
@@ -213,7 +227,7 @@ class Generator:
             f"G0 > {self.rng.randint(2, 5)}", "G0 % 2 == 0", "len(GL) > 1", "GD['calls'] > 1",
             f"{a}.sum().item() > 0", f"bool(({a} > 0).any())", f"{a}.mean() > 0",
             f"{n} % 2 == 0", f"{n} > 2",
-            "hasattr(obj, 'extra')", "obj.n > 2", "'k' in d", "len(obj.log) > 1",
+            "obj.n > 2" if "hasattr" in self.avoid else "hasattr(obj, 'extra')", "obj.n > 2", "'k' in d", "len(obj.log) > 1",
             f"isinstance({a}, torch.Tensor)", "len(d) > 2",
         ])
 
@@ -322,7 +336,7 @@ class Generator:
             s.ints.append(n2)
             s.returnable.append(name)
             return Line(f"{name} = ({a}, {n})\n{t2}, {n2} = {name}")
-        if kind == 7:
+        if kind == 7 and "mutate-while-iterating" not in self.avoid:
             # Mutating the list while iterating it: a bounded growth eager handles.
             return Block(header="for u in lst:", body=[
                 Block(header=f"if len(lst) < {self.rng.randint(3, 6)}:",
@@ -354,7 +368,7 @@ class Generator:
             return Line(f"d['k'] = {self.tensor_expr(s)[0]}")
         if kind == 2:
             return Line(self.pick(["d.pop('k', None)", "d.setdefault('k', 0)", "d.update(m=1)"]))
-        if kind == 3:
+        if kind == 3 and "dict-views" not in self.avoid:
             name = self.fresh("kv")
             s.views.append(name)
             return Line(f"{name} = d.{self.pick(['keys', 'values', 'items'])}()")
@@ -407,6 +421,8 @@ class Generator:
         if kind == 8 and s.boxes:
             b = self.pick(s.boxes)
             return Line(self.pick([f"{b}.bump()", f"{b}.t = {b}.t + obj.t", f"{b}.log.append('b')"]))
+        if "hasattr" in self.avoid:
+            return Line("obj.log.append('h')")
         return Block(header="if hasattr(obj, 'extra'):", body=[Line("obj.n += obj.extra")],
                      clauses=[("else:", [Line("obj.extra = 1")])] if self.chance(0.5) else [])
 
@@ -414,7 +430,7 @@ class Generator:
         kind = self.rng.randrange(7)
         if kind == 0:
             return Line("G0 += 1")
-        if kind == 1:
+        if kind == 1 and "global-read-write" not in self.avoid:
             name = self.fresh("n")
             s.ints.append(name)
             # Reading a global and then writing it back: the read must keep the old value.
@@ -485,6 +501,8 @@ class Generator:
     def failing_stmt(self, s):
         """A statement that raises in eager mode, for a ``try`` body, and what it raises."""
         kind = self.pick(EXCEPTIONS)
+        if "graph-exceptions" in self.avoid:
+            return f"raise {kind}('t')", kind
         return self.pick([
             ("lst[10]", "IndexError"), ("d['missing']", "KeyError"), ("1 // 0", "ZeroDivisionError"),
             ("x + torch.ones(7)", "RuntimeError"),  # raised by a tensor op (inside a graph)
@@ -577,6 +595,8 @@ class Generator:
 
     def with_stmt(self, s, depth, loop):
         kind = self.rng.randrange(5)
+        if "user-context-managers" in self.avoid:
+            kind = self.pick([0, 3])
         inner = s.copy()
         if kind == 0:
             header = "with torch.no_grad():"
@@ -632,14 +652,18 @@ def _flatten(nodes: list) -> list:
     return out
 
 
-def generate(seed: int, max_statements: int | None = None) -> Program:
+def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) -> Program:
+    """The program of ``seed``; ``avoid`` names FEATURES to leave out."""
     rng = random.Random(seed)
     sizes = []
     while len(sizes) < 2:
         a, b = rng.randint(2, 5), rng.randint(2, 5)
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, rng.randint(1, 3)))
-    gen = Generator(seed, max_statements or rng.randint(6, 18))
+    unknown = set(avoid) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
+    gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
     nodes = prelude_nodes(sizes, seed % 100_000) + [f]
     return Program(_flatten(nodes), origin=str(seed))

@@ -75,6 +75,12 @@ def scaled(t, k):
     for i in range(k):
         yield t * (i + 1)"""
 
+# A helper that breaks the graph inside an inlined call (print).
+NOISY = """\
+def noisy(u):
+    print('noisy', tuple(u.shape))
+    return u + 1"""
+
 HELPER = """\
 def helper(u, k):
     if k > 2:
@@ -103,6 +109,6 @@ def prelude_nodes(sizes, input_seed) -> list:
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
-    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, HELPER)]
+    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER)]
     nodes.append(Line(make_inputs_source(sizes, input_seed), keep=True))
     return nodes

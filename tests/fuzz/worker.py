@@ -1,5 +1,5 @@
 """The subprocess that runs programs: ``python -m tests.fuzz.worker`` reads one JSON request per
-line on stdin (``{"id", "seed"}`` to generate the program here, or ``{"id", "source"}``) and
+line on stdin (``{"id", "seed", "avoid"}`` to generate the program here, or ``{"id", "source"}``) and
 writes one JSON result per line (runner.run_program's, plus ``id``).
 
 Results go to a private copy of the original stdout; file descriptor 1 itself is pointed at
@@ -26,7 +26,7 @@ def main() -> None:
         request = json.loads(line)
         source = request.get("source")
         if source is None:
-            source = generate(request["seed"]).source()
+            source = generate(request["seed"], avoid=request.get("avoid", ())).source()
         try:
             result = run_program(source)
         except BaseException as e:  # the harness itself failed: report, keep serving
