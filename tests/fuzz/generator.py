@@ -66,7 +66,9 @@ class Scope:
 INPUT_TENSORS = {"x": FULL, "y": ROW, "d['a']": FULL, "obj.t": FULL, "lst[0]": ROW,
                  "lst[-1]": ROW}
 UNARY = ["torch.relu({})", "torch.tanh({})", "torch.sigmoid({})", "{}.abs()", "{}.clamp(-0.5, 0.5)",
-         "torch.sin({})", "({} ** 2)", "{}.neg()", "{}.clone()", "{}.detach()", "torch.cos({})"]
+         "torch.sin({})", "({} ** 2)", "{}.neg()", "{}.clone()", "{}.detach()", "torch.cos({})",
+         # Other dtypes: float64 promotes what it meets; a bool mask turned into numbers.
+         "{}.double()", "({} > 0).float()", "{}.t().t()", "{}.contiguous()"]
 BINARY = ["+", "-", "*"]
 EXCEPTIONS = ["ValueError", "KeyError", "IndexError", "RuntimeError", "ZeroDivisionError"]
 
