@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     avoid = tuple(a for a in args.avoid.split(",") if a)
 
     if args.reduce is not None:
-        worker = Worker(min(args.timeout, 30.0))
+        worker = Worker(args.timeout)
         result = worker.run({"id": args.reduce, "seed": args.reduce, "avoid": list(avoid)})
         result["seed"], result["avoid"] = args.reduce, list(avoid)
         print(reproduce(result, worker) if result["status"] in FAILED else result)
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     if classes and args.shrink:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        worker = Worker(min(args.timeout, 30.0))  # a candidate that hangs is just not kept
+        worker = Worker(args.timeout)
         for results in list(classes.values())[:args.shrink]:
             # The smallest generated program of a class shrinks fastest.
             smallest = min(results[:20], key=lambda r: generate(r["seed"], avoid=avoid).size())

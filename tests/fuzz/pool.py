@@ -18,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: `tests.fuzz` and `
 # modules, memory) cannot change how much later programs see.
 PROGRAMS_PER_WORKER = 300
 
+# A new worker imports torch and framejit before its first program: on a loaded machine that
+# alone can take longer than a program's timeout.
+STARTUP_SECONDS = 90.0
+
 
 class Worker:
     def __init__(self, timeout: float = 120.0):
@@ -43,7 +47,8 @@ class Worker:
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-            ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+            limit = self.timeout + (STARTUP_SECONDS if self.served == 1 else 0.0)
+            ready, _, _ = select.select([self.proc.stdout], [], [], limit)
             line = self.proc.stdout.readline() if ready else None
         except (BrokenPipeError, OSError):
             line = ""
