@@ -12,7 +12,7 @@ from .pool import Worker
 
 # Sized to take one to two minutes on a two-core machine.
 SEED = 20261123
-COUNT = 300
+COUNT = 2000
 
 
 @pytest.mark.fuzz
