@@ -121,16 +121,27 @@ def signature(result: dict) -> str:
     return f"{first['kind']}: {detail[:70]}"
 
 
+def _failure_key(result: dict):
+    """What a shrunk program must keep: the status, and for a difference the kind and call of
+    the first one, with both exception types when the exceptions differ (a looser test lets the
+    shrinker drift from one bug to another that happens to show the same way)."""
+    if result["status"] != "diff":
+        return (result["status"],)
+    first = result["diffs"][0]
+    key = ("diff", first["kind"], first["call"])
+    if first["kind"] == "exception":
+        raised = re.findall(r"raised (\w+)", first["detail"])
+        key += tuple(raised)
+    return key
+
+
 def still_fails_like(result: dict, worker: Worker):
-    """The shrinker's test: a candidate fails the way ``result`` did (same status; for a
-    difference, a difference of the same kind)."""
-    kind = result["diffs"][0]["kind"] if result["status"] == "diff" else None
+    """The shrinker's test: a candidate fails the way ``result`` did (see _failure_key)."""
+    key = _failure_key(result)
 
     def fails(source: str) -> bool:
         again = worker.run({"id": "shrink", "source": source})
-        if again["status"] != result["status"]:
-            return False
-        return kind is None or any(d["kind"] == kind for d in again["diffs"])
+        return again["status"] in FAILED and _failure_key(again) == key
 
     return fails
 
