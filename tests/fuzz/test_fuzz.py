@@ -57,3 +57,31 @@ def test_shrinker_keeps_the_failure_and_cuts_the_rest():
     assert "G0 += 1" in small.source()
     assert small.size() < program.size()
     assert small.size() <= 4  # make_inputs, f, the line, and f's return
+
+
+def test_a_crashing_program_is_counted_and_the_next_one_runs():
+    """A program that kills its worker (here by SIGSEGV) becomes a ``crash`` result naming the
+    signal; the next request gets a fresh worker."""
+    worker = Worker(timeout=60)
+    try:
+        crash = worker.run({"id": "c", "source": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"})
+        after = worker.run({"id": "n", "seed": 1})
+    finally:
+        worker.close()
+    assert crash["status"] == "crash" and "signal 11" in crash["error"]
+    assert after["status"] in ("ok", "diff")
+
+
+def test_comparison_sees_values_types_and_aliasing():
+    import torch
+
+    from .compare import aliasing, difference, snapshot
+
+    x = torch.ones(2, 3)
+    assert aliasing(x, {"x": x}) == ["result is x"]
+    assert aliasing(x[0], {"x": x}) == ["result shares storage with x"]
+    assert aliasing((x + 1, [x]), {"x": x}) == ["result[1][0] is x"]
+    assert difference(snapshot([x, 1]), snapshot([x.clone(), 1]), "r") is None
+    assert "values differ" in difference(snapshot([x, 1]), snapshot([x + 1e-3, 1]), "r")
+    assert difference(snapshot({"a": 1}), snapshot({"a": 2}), "r") == "r['a']: 2 != 1 (eager)"
+    assert "float64" in difference(snapshot(x), snapshot(x.double()), "r")
