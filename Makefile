@@ -24,7 +24,7 @@ PIP312    := $(PY312) -m pip --disable-pip-version-check -q
 DEPS312   := $(VENV312)/.deps-stamp
 EXT312    := $(VENV312)/.ext-stamp
 
-.PHONY: setup setup312 demo test test-py test-hook test-fx bench lint clean
+.PHONY: setup setup312 demo test test-py test-hook test-fx bench lint clean fuzz
 
 setup: $(EXT)
 
@@ -100,3 +100,13 @@ lint: setup
 
 clean:
 	rm -rf build $(VENV) .venv-py3* framejit/*.so *.egg-info
+
+# The differential fuzzer (tests/fuzz): N generated programs from SEED, eager against compiled, on
+# JOBS worker processes; failures are shrunk into $(FUZZ_OUT). `make test` runs a fixed sample.
+N         ?= 1000
+SEED      ?= 1
+JOBS      ?= 2
+FUZZ_OUT  ?= build/fuzz-failures
+
+fuzz: setup
+	$(PY) -m tests.fuzz.campaign --seed $(SEED) --count $(N) --jobs $(JOBS) --out $(FUZZ_OUT)

@@ -1,0 +1,114 @@
+"""The fixed top of every generated module: imports, globals, user classes, helpers and the input
+builder. Each definition is its own node so that the shrinker can drop the ones a failing program
+does not need.
+
+The inputs of ``f(x, y, lst, d, obj)`` in symbolic shapes (A, B are sizes that change between the
+first two calls and the third):
+
+- ``x``: float32 (A, B); ``y``: float32 (B,)
+- ``lst``: a list of float32 (B,) tensors, never shorter than 1 (the generator guards its pops)
+- ``d``: ``{'a': (A, B) tensor, 'n': int}``
+- ``obj``: a ``Box`` with ``t`` (A, B), ``n`` (int), ``log`` (list of str)
+"""
+
+from __future__ import annotations
+
+from .program import Line
+
+IMPORTS = "import contextlib\nimport dataclasses\nimport torch"
+
+GLOBALS = "G0 = 3\nGF = 0.5\nGL = []\nGD = {'calls': 0}\nGT = torch.ones(1)"
+
+BOX = """\
+class Box:
+    def __init__(self, t, n):
+        self.t = t
+        self.n = n
+        self.log = []
+
+    def scale(self, u):
+        return u * self.n
+
+    def bump(self, k=1):
+        self.n += k
+        return self.n
+
+    @property
+    def double(self):
+        return self.n * 2"""
+
+PAIR = """\
+@dataclasses.dataclass
+class Pair:
+    a: object
+    b: int = 0
+
+    def total(self):
+        return self.a * self.b"""
+
+# A context manager whose __enter__ and __exit__ have side effects the caller can see.
+CTX = """\
+class Ctx:
+    def __init__(self, log, tag):
+        self.log = log
+        self.tag = tag
+
+    def __enter__(self):
+        self.log.append('enter ' + self.tag)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.log.append('exit ' + self.tag)
+        return False"""
+
+TRACKED = """\
+@contextlib.contextmanager
+def tracked(log, tag):
+    log.append('open ' + tag)
+    try:
+        yield len(log)
+    finally:
+        log.append('close ' + tag)"""
+
+GEN = """\
+def scaled(t, k):
+    for i in range(k):
+        yield t * (i + 1)"""
+
+# A helper that breaks the graph inside an inlined call (print).
+NOISY = """\
+def noisy(u):
+    print('noisy', tuple(u.shape))
+    return u + 1"""
+
+HELPER = """\
+def helper(u, k):
+    if k > 2:
+        return u * k
+    return u - k"""
+
+
+def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int) -> str:
+    """``make_inputs(variant)``: the same values for the same variant, from a seeded generator, so
+    that the eager and the compiled run start from equal inputs."""
+    return f"""\
+SIZES = {sizes!r}
+
+def make_inputs(variant):
+    A, B, L = SIZES[variant]
+    g = torch.Generator().manual_seed({input_seed} + variant)
+    x = torch.randn(A, B, generator=g)
+    y = torch.randn(B, generator=g)
+    lst = [torch.randn(B, generator=g) for _ in range(L)]
+    d = {{'a': torch.randn(A, B, generator=g), 'n': 2}}
+    obj = Box(torch.randn(A, B, generator=g), 2)
+    return x, y, lst, d, obj"""
+
+
+def prelude_nodes(sizes, input_seed) -> list:
+    """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
+    runs."""
+    nodes = [Line(IMPORTS), Line(GLOBALS)]
+    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER)]
+    nodes.append(Line(make_inputs_source(sizes, input_seed), keep=True))
+    return nodes

@@ -1,0 +1,122 @@
+"""Run one generated program eagerly and compiled, in this process, and compare.
+
+Each side gets its own copy of the module (its own globals and classes) and its own inputs from
+``make_inputs``. The sequence, the same on both sides: two calls on the same objects (state may
+evolve between them, so call *k* compiled is compared with call *k* eager), then one call on new
+inputs of other shapes. Call ``run_program`` in a subprocess (see worker.py): a program that
+crashes the interpreter must not end the campaign.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import linecache
+import sys
+import types
+
+import torch
+
+import framejit
+from framejit.testing import capture_stats
+
+from .compare import aliasing, difference, snapshot
+
+_names = itertools.count()
+
+# The order in which the parts of a call are compared; the first difference found names the
+# failure's kind, which the shrinker keeps while it cuts the program down.
+PARTS = ("exception", "result", "arguments", "globals", "stdout", "aliasing")
+
+
+def load(source: str, tag: str) -> types.ModuleType:
+    """A fresh module from ``source``, registered in sys.modules (dataclasses look their module
+    up there) and in linecache (so that tracebacks and framejit's messages show the lines)."""
+    name = f"fuzz_{tag}_{next(_names)}"
+    filename = f"<{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+def _globals(module) -> dict:
+    return {k: v for k, v in vars(module).items() if k.startswith("G")}
+
+
+def call_once(module, fn, args) -> dict:
+    """Calls ``fn(*args)`` and records what it left behind (see compare.py)."""
+    torch.manual_seed(0)
+    out = io.StringIO()
+    result, error, message = None, None, ""
+    with contextlib.redirect_stdout(out):
+        try:
+            result = fn(*args)
+        except Exception as e:  # the user's exceptions are part of the behaviour compared
+            error, message = type(e).__name__, f"{type(e).__name__}: {e}"[:300]
+    names = ("x", "y", "lst", "d", "obj")
+    roots = dict(zip(names, args)) | _globals(module)
+    return {
+        "exception": error,
+        "message": message,
+        "result": snapshot(result),
+        "arguments": snapshot(dict(zip(names, args))),
+        "globals": snapshot(_globals(module)),
+        "stdout": out.getvalue(),
+        "aliasing": aliasing(result, roots),
+    }
+
+
+def run_side(module, fn) -> list[dict]:
+    args = module.make_inputs(0)
+    records = [call_once(module, fn, args), call_once(module, fn, args)]
+    records.append(call_once(module, fn, module.make_inputs(1)))
+    return records
+
+
+def compare_records(eager: list[dict], compiled: list[dict]) -> list[dict]:
+    """One entry ``{"kind", "call", "detail"}`` per part of a call that differs."""
+    found = []
+    for call, (e, c) in enumerate(zip(eager, compiled), start=1):
+        for part in PARTS:
+            if part == "exception":
+                detail = None if e["exception"] == c["exception"] else \
+                    f"eager raised {e['message'] or 'nothing'}; compiled raised {c['message'] or 'nothing'}"
+            elif part in ("stdout", "aliasing"):
+                detail = None if e[part] == c[part] else f"compiled {c[part]!r} != eager {e[part]!r}"
+            else:
+                detail = difference(e[part], c[part], part)
+            if detail:
+                found.append({"kind": part, "call": call, "detail": detail[:600]})
+    return found
+
+
+def run_program(source: str) -> dict:
+    """``{"status": "ok" | "diff" | "invalid", "diffs": [...], "eager_exceptions": [...],
+    "graphs", "fallbacks"}``. "invalid" means the program itself is broken (it does not load or
+    build its inputs): the generator's fault, never framejit's."""
+    framejit.reset()
+    try:
+        eager_module = load(source, "eager")
+        compiled_module = load(source, "compiled")
+        eager = run_side(eager_module, eager_module.f)
+    except Exception as e:
+        return {"status": "invalid", "diffs": [], "error": f"{type(e).__name__}: {e}"[:300]}
+    stats = capture_stats()
+    compiled = run_side(compiled_module, framejit.compile(compiled_module.f))
+    graphs, fallbacks = stats.graphs, stats.eager_frames
+    diffs = compare_records(eager, compiled)
+    for module in (eager_module, compiled_module):
+        sys.modules.pop(module.__name__, None)
+        linecache.cache.pop(module.__file__, None)
+    framejit.reset()
+    return {
+        "status": "diff" if diffs else "ok",
+        "diffs": diffs,
+        "eager_exceptions": [r["exception"] for r in eager],
+        "graphs": graphs,
+        "fallbacks": fallbacks,
+    }

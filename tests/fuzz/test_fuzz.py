@@ -1,0 +1,87 @@
+"""The differential fuzzer's fixed-seed sample, part of ``make test``.
+
+Every program of the sample runs eagerly and compiled in worker subprocesses (see campaign.py);
+the test asserts that none differs and none crashes. On failure the message lists the classes of
+failure and a shrunk reproducer of the first; ``make fuzz`` runs longer campaigns.
+"""
+
+import pytest
+
+from .campaign import reproduce, run_campaign, signature
+from .pool import Worker
+
+# Sized to take one to two minutes on a two-core machine.
+SEED = 20261123
+COUNT = 2000
+
+
+@pytest.mark.fuzz
+def test_fixed_seed_sample():
+    summary = run_campaign(SEED, COUNT, jobs=2)
+    print(summary.line())
+    assert summary.statuses["invalid"] == 0, "the generator made programs that cannot run"
+    assert summary.statuses["harness-error"] == 0, summary.failures[:1]
+    if summary.failures:
+        classes = {}
+        for result in summary.failures:
+            classes.setdefault(signature(result), []).append(result["seed"])
+        listing = "\n".join(f"  {len(ids)} x {sig} (programs {ids[:3]})" for sig, ids in classes.items())
+        worker = Worker()
+        try:
+            example = reproduce(summary.failures[0], worker, budget=150)
+        finally:
+            worker.close()
+        pytest.fail(f"{summary.line()}\n{listing}\nShrunk reproducer of the first:\n{example}",
+                    pytrace=False)
+
+
+def test_generated_programs_are_valid_and_deterministic():
+    """The generator's contract, checked without framejit: the same seed gives the same source,
+    and the source compiles."""
+    from .generator import generate
+
+    for seed in range(50):
+        source = generate(seed).source()
+        assert source == generate(seed).source()
+        compile(source, f"<program {seed}>", "exec")
+
+
+def test_shrinker_keeps_the_failure_and_cuts_the_rest():
+    """Shrinking against a fake test (``G0 += 1`` present) leaves little besides that line."""
+    from .generator import generate
+    from .shrink import shrink
+
+    seed = next(s for s in range(500) if "    G0 += 1\n" in generate(s).source())
+    program = generate(seed)
+    small = shrink(program, lambda source: "    G0 += 1\n" in source)
+    assert "G0 += 1" in small.source()
+    assert small.size() < program.size()
+    assert small.size() <= 4  # make_inputs, f, the line, and f's return
+
+
+def test_a_crashing_program_is_counted_and_the_next_one_runs():
+    """A program that kills its worker (here by SIGSEGV) becomes a ``crash`` result naming the
+    signal; the next request gets a fresh worker."""
+    worker = Worker(timeout=60)
+    try:
+        crash = worker.run({"id": "c", "source": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"})
+        after = worker.run({"id": "n", "seed": 1})
+    finally:
+        worker.close()
+    assert crash["status"] == "crash" and "signal 11" in crash["error"]
+    assert after["status"] in ("ok", "diff")
+
+
+def test_comparison_sees_values_types_and_aliasing():
+    import torch
+
+    from .compare import aliasing, difference, snapshot
+
+    x = torch.ones(2, 3)
+    assert aliasing(x, {"x": x}) == ["result is x"]
+    assert aliasing(x[0], {"x": x}) == ["result shares storage with x"]
+    assert aliasing((x + 1, [x]), {"x": x}) == ["result[1][0] is x"]
+    assert difference(snapshot([x, 1]), snapshot([x.clone(), 1]), "r") is None
+    assert "values differ" in difference(snapshot([x, 1]), snapshot([x + 1e-3, 1]), "r")
+    assert difference(snapshot({"a": 1}), snapshot({"a": 2}), "r") == "r['a']: 2 != 1 (eager)"
+    assert "float64" in difference(snapshot(x), snapshot(x.double()), "r")
