@@ -216,7 +216,10 @@ class OutputGraph:
                 and not self.autocast_handover:
             raise Unsupported("an autocast state change that outlives the compiled function",
                               "use `with torch.autocast(...):` inside, or switch autocast before the call")
-        has_graph = bool(cg.graph_outputs) or any(n.meta.get("impure") for n in graph.nodes)
+        # A graph with no output still runs when it holds operations: they may change tensors
+        # in place, or raise as they would in eager.
+        has_graph = bool(cg.graph_outputs) or any(
+            n.op in ("call_function", "call_method", "call_module") for n in graph.nodes)
         gm = compiled = None
         rerun_call = None
         if has_graph:

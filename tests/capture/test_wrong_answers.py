@@ -674,3 +674,15 @@ def test_native_error_at_a_second_break_in_a_user_block_reaches_its_exit(capsys)
     with pytest.raises(NameError):
         framejit.compile(f)(torch.ones(2), mine)
     assert mine == theirs == ["enter c", "exit c"]
+
+
+def test_graph_with_no_output_still_runs_its_operations():
+    def f(x, y):
+        unused = torch.where((x.double() @ y) > 0, 1.0, 0.0)  # noqa: F841  (addmv: dtypes differ)
+        return None
+
+    with pytest.raises(RuntimeError) as eager:
+        f(torch.ones(2, 2), torch.ones(2))
+    with pytest.raises(RuntimeError) as compiled:
+        framejit.compile(f)(torch.ones(2, 2), torch.ones(2))
+    assert str(compiled.value) == str(eager.value)
