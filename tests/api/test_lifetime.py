@@ -42,7 +42,13 @@ def test_dropped_wrappers_leave_no_entries(stats):
     assert stats.captured == 150 and stats.eager_frames == 0
 
 
-def test_memory_does_not_grow_with_dropped_wrappers():
+def test_memory_does_not_grow_with_dropped_wrappers(monkeypatch):
+    # framejit's own structures, on the native eager backend even in the torch.fx pass of the
+    # suite: torch.fx keeps about 2.5 KB per exported GraphModule (its generated source in
+    # linecache), which is torch's cache, not an entry of a dropped wrapper.
+    from framejit.backends import eager, registry
+    for name in ("eager", "default"):
+        monkeypatch.setitem(registry._REGISTRY, name, registry.Backend(name, eager.eager, True))
     x = torch.ones(3)
 
     def round_(n):

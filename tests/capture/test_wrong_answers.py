@@ -686,3 +686,18 @@ def test_graph_with_no_output_still_runs_its_operations():
     with pytest.raises(RuntimeError) as compiled:
         framejit.compile(f)(torch.ones(2, 2), torch.ones(2))
     assert str(compiled.value) == str(eager.value)
+
+
+def test_product_of_different_dtypes_raises_before_earlier_side_effects_are_lost():
+    def f(x, y, log):
+        log.append(1)
+        out = x.double() @ y  # eager raises (meta kernels do not check the dtypes)
+        x.mul_(0.5)
+        return out
+
+    mine, theirs = [], []
+    with pytest.raises(RuntimeError):
+        f(torch.ones(2, 2), torch.ones(2), theirs)
+    with pytest.raises(RuntimeError):
+        framejit.compile(f)(torch.ones(2, 2), torch.ones(2), mine)
+    assert mine == theirs == [1]

@@ -370,6 +370,8 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
             meta_args = [meta_args[0]] + ["meta" if isinstance(a, (str, torch.device)) else a
                                           for a in meta_args[1:]]
     inplace = impure or _is_inplace(kind, target, kwargs)
+    if not _autocast_applies(devices):
+        _check_dtypes_agree(kind, target, meta_args)
     try:
         if run_example is not None:
             result = run_example(convert)
@@ -542,6 +544,31 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
     except _Uncacheable:
         raise Unsupported(f"{_readable(kind, target)} {what}returned a "
                           f"{type(result).__name__}, which framejit cannot track") from None
+
+
+#: Products whose real kernels require one dtype for all their tensors, which their meta kernels
+#: do not check (``x.double() @ y`` raises in eager, not on meta).
+_SAME_DTYPE_PRODUCTS = frozenset({
+    "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer",
+    "addmm", "addmv", "addbmm", "baddbmm", "addr", "linear", "bilinear", "einsum", "tensordot",
+    "chain_matmul", "multi_dot", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d",
+})
+
+
+def _check_dtypes_agree(kind, target, meta_args) -> None:
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name not in _SAME_DTYPE_PRODUCTS:
+        return
+    tensors = [a for a in meta_args if isinstance(a, torch.Tensor)]
+    for a in meta_args:
+        if isinstance(a, (list, tuple)):
+            tensors += [x for x in a if isinstance(x, torch.Tensor)]
+    if len({t.dtype for t in tensors}) > 1:
+        dtypes = ", ".join(str(t.dtype).replace("torch.", "") for t in tensors)
+        raise Unsupported(f"{_readable(kind, target)} of tensors of different dtypes ({dtypes}), "
+                          "which raises RuntimeError in PyTorch",
+                          "convert the operands to one dtype")
 
 
 def clear_meta_memo() -> None:
