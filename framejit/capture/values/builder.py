@@ -25,8 +25,9 @@ from ...errors import Unsupported
 from .. import guards as G
 from ..sources import ItemSource, Source
 from .autograd_function import is_custom_function_apply
-from .base import ConstantValue, Value
+from .base import Value
 from .builtins import BuiltinValue, is_known_callable
+from .constants import ConstantValue
 from .containers import DictValue, ListValue, TupleValue
 from .contexts import (
     AutocastRestore,

@@ -20,7 +20,8 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, UNPINNED, ConstantValue, Value, const
+from .base import UNPINNED, Value
+from .constants import NONE, ConstantValue, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
 from .exceptions import PythonRaise, is_exception_class, make_exception, raise_python
 from .iterators import (

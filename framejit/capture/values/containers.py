@@ -10,7 +10,8 @@ from __future__ import annotations
 import operator
 
 from ...errors import Unsupported
-from .base import BoundMethod, ConstantValue, Value, const
+from .base import BoundMethod, Value
+from .constants import ConstantValue, const
 
 
 def _all_constant(values) -> bool:
@@ -84,6 +85,9 @@ class ItemsProtocol:
     """Iteration, ``len``, truth and ``in`` for values holding an ordered ``items`` list."""
 
     __slots__ = ()
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return list(self.items)

@@ -23,7 +23,8 @@ import copy
 import copyreg
 
 from ...errors import Unsupported
-from .base import ConstantValue, Value
+from .base import Value
+from .constants import ConstantValue
 
 _HEAPTYPE = 1 << 9
 #: Immutable plain data: what deepcopy returns as is.
@@ -94,7 +95,7 @@ def state_matches(obj, keys: tuple, state: dict, types_: tuple, nested: tuple) -
 
 def fresh_value(tx, obj) -> Value:
     """A value for plain data created in the frame: constants, and new lists, dicts, tuples."""
-    from .base import const
+    from .constants import const
     from .containers import DictValue, ListValue, TupleValue
     from .pycollections import SetValue
 

@@ -10,7 +10,8 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import CellValue, Value, const
+from .base import CellValue, Value
+from .constants import const
 from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
 from .tensor import ExampleOnlyAnswer, TensorValue, graph_call

@@ -21,8 +21,9 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, BoundMethod, ConstantValue, Value, const
-from .containers import TupleValue
+from .base import BoundMethod, Value
+from .constants import NONE, ConstantValue, const
+from .containers import IteratorValue, TupleValue
 from .exceptions import is_exception_class, make_exception
 from .lookup import MISSING as _MISSING
 from .lookup import class_lookup, generic_getattr, python_getattr_hook
@@ -280,6 +281,9 @@ class ObjectValue(Value):
         if not isinstance(n, int) or n < 0:
             raise Unsupported(f"len() of {self.describe()} returning {n!r} (TypeError/ValueError)")
         return n
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return self._call_dunder(tx, "__iter__", [], "iterating over").iterate(tx)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 
 from ...errors import Unsupported
-from .base import Value, const
+from .base import Value
+from .constants import const
 from .containers import IteratorValue, TupleValue
 
 #: Items one lazy iterator may produce during a capture before it is taken as endless.

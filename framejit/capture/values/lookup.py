@@ -76,7 +76,7 @@ def generic_getattr(tx, inst, name: str):
 def python_getattr_hook(tx, inst, name: str):
     """Step 4 for classes whose ``__getattr__`` is Python code (inlined); AttributeError when
     the class has none."""
-    from .base import const
+    from .constants import const
     from .exceptions import raise_python
 
     cls = inst.python_type()

@@ -12,8 +12,9 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
-from .base import BoundMethod, Value, const
-from .containers import ListValue, TupleValue
+from .base import BoundMethod, Value
+from .constants import const
+from .containers import IteratorValue, ListValue, TupleValue
 
 _MISSING = object()
 
@@ -150,6 +151,9 @@ class ModuleValue(Value):
 
     def _children(self, tx) -> list[Value]:
         return [self._member(tx, "_modules", k) for k in self.module._modules]
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         mod = self.module

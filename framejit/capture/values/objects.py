@@ -11,6 +11,7 @@ from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
+from .containers import IteratorValue
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
 
@@ -177,6 +178,9 @@ class UserObjectValue(Value):
         if self._python_dunder("__setitem__") is None and is_identity_key(tx, self, key):
             return keyed_setitem(tx, self, key, value)
         return super().setitem(tx, key, value)
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         fn = self._python_dunder("__iter__")

@@ -8,8 +8,9 @@ import collections
 import operator
 
 from ...errors import Unsupported
-from .base import NONE, BoundMethod, Value, const
-from .containers import DictValue, ItemsProtocol
+from .base import BoundMethod, Value
+from .constants import NONE, const
+from .containers import DictValue, ItemsProtocol, IteratorValue
 
 _SET_OPS = {operator.or_: "union", operator.and_: "intersection", operator.sub: "difference",
             operator.xor: "symmetric_difference", operator.ior: "update",
@@ -87,6 +88,9 @@ class SetValue(Value):
 
     def as_constant(self):
         return set(self.real)
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return [self.values.get(id(x)) or const(x) for x in self.real]

@@ -13,7 +13,9 @@ import torch
 
 from ...errors import Unsupported
 from ..guards import any_autocast_enabled
-from .base import ConstantValue, Value, const
+from .base import Value
+from .constants import ConstantValue, const
+from .containers import IteratorValue
 
 # Tensor attributes that are plain Python facts about a tensor of known metadata.
 _META_ATTRS = frozenset({
@@ -142,6 +144,9 @@ class TensorValue(Value):
 
     def truthy(self, tx):
         raise Unsupported(f"using {self.describe()} as a Python bool (`if tensor:`, `and`/`or`, bool())", _DATA_HINT)
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         if self.example.dim() == 0:

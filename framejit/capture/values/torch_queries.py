@@ -17,7 +17,8 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import Value, const
+from .base import Value
+from .constants import const
 
 # Answers that can be guarded by equality.
 _ANSWER_TYPES = (bool, int, float, str, type(None), torch.dtype)
