@@ -12,6 +12,7 @@ import operator
 from ...errors import Unsupported
 from .base import BoundMethod, Value
 from .constants import ConstantValue, const
+from .lookup import MISSING, class_lookup
 
 
 def _all_constant(values) -> bool:
@@ -293,11 +294,11 @@ class TupleValue(SequenceValue):
 
 def _namedtuple_class_attribute(tx, tup: TupleValue, name: str) -> Value:
     """Methods, properties and class attributes of a named tuple class (``p.norm()``)."""
+    from .attributes import bind_class_attribute
     from .builder import wrap_sourceless
-    from .instances import _MISSING, bind_class_attribute, class_lookup
 
     attr = class_lookup(tup.cls, name)
-    if attr is _MISSING or vars(tuple).get(name) is attr:
+    if attr is MISSING or vars(tuple).get(name) is attr:
         raise Unsupported(f"reading .{name} of {tup.describe()}")
     if isinstance(attr, property):
         return tx.inline_function(attr.fget, [tup], {})

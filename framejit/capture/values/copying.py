@@ -25,6 +25,7 @@ import copyreg
 from ...errors import Unsupported
 from .base import Value
 from .constants import ConstantValue
+from .lookup import MISSING, class_lookup
 
 _HEAPTYPE = 1 << 9
 #: Immutable plain data: what deepcopy returns as is.
@@ -35,21 +36,19 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 def _copy_problem(cls: type) -> str | None:
     """Why ``copy`` would not make an instance of ``cls`` by the default protocol (a new object
     whose ``__dict__`` is the copied state), or None."""
-    from .instances import _MISSING, class_lookup
-
     if type(cls) not in (type, abc.ABCMeta) or not cls.__flags__ & _HEAPTYPE:
         return "its class is not a plain Python class"
     if cls in copy._deepcopy_dispatch or cls in copyreg.dispatch_table:
         return "copy has a special case for its class"
     for name in ("__copy__", "__deepcopy__", "__getnewargs__", "__getnewargs_ex__", "__setstate__"):
-        if class_lookup(cls, name) is not _MISSING:
+        if class_lookup(cls, name) is not MISSING:
             return f"its class defines {name}"
     for name in ("__reduce_ex__", "__reduce__", "__getstate__"):
-        if class_lookup(cls, name) not in (_MISSING, vars(object).get(name)):
+        if class_lookup(cls, name) not in (MISSING, vars(object).get(name)):
             return f"its class defines {name}"
     if cls.__new__ is not object.__new__:
         return "its class defines __new__"
-    if any(vars(k).get("__slots__") for k in cls.__mro__) or class_lookup(cls, "__dict__") is _MISSING:
+    if any(vars(k).get("__slots__") for k in cls.__mro__) or class_lookup(cls, "__dict__") is MISSING:
         return "its class has __slots__"
     return None
 

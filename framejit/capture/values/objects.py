@@ -9,11 +9,12 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
+from .attributes import generic_getattr, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
 from .containers import IteratorValue
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
-from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
+from .lookup import MISSING, class_lookup, is_data_descriptor
 
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
@@ -111,7 +112,7 @@ class UserObjectValue(Value):
             return self.dict_method(tx, name)
         return generic_getattr(tx, self, name)
 
-    # the parts of the lookup that differ by kind of instance (see lookup.py)
+    # the parts of the lookup that differ by kind of instance (see attributes.py)
     def instance_attr(self, tx, name):
         """The attribute in the object's instance dict (or slot), or MISSING; for an object
         read from a source, an absence is guarded, so a later call on an object that has it
