@@ -24,8 +24,12 @@ import copyreg
 
 from ...errors import Unsupported
 from .base import Value
-from .constants import ConstantValue
+from .constants import ConstantValue, const
+from .containers import DictValue, ListValue, TupleValue
+from .instances import ObjectValue
 from .lookup import MISSING, class_lookup
+from .objects import UserObjectValue
+from .pycollections import SetValue
 
 _HEAPTYPE = 1 << 9
 #: Immutable plain data: what deepcopy returns as is.
@@ -94,10 +98,6 @@ def state_matches(obj, keys: tuple, state: dict, types_: tuple, nested: tuple) -
 
 def fresh_value(tx, obj) -> Value:
     """A value for plain data created in the frame: constants, and new lists, dicts, tuples."""
-    from .constants import const
-    from .containers import DictValue, ListValue, TupleValue
-    from .pycollections import SetValue
-
     t = type(obj)
     if t in _ATOMIC or t is frozenset:
         return const(obj)
@@ -125,11 +125,6 @@ def _copy_constant(tx, v: ConstantValue, copier) -> Value:
 def deepcopy_value(tx, v: Value, memo: dict) -> Value:
     """The value of ``copy.deepcopy(v)``. ``memo`` maps id(value) to its copy, so shared and
     recursive references are copied once, as copy.deepcopy does."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .instances import ObjectValue
-    from .objects import UserObjectValue
-    from .pycollections import SetValue
-
     done = memo.get(id(v))
     if done is not None:
         return done
@@ -170,7 +165,6 @@ def copy_of_outside_object(tx, v) -> Value:
     from ..guards import StateGuard
     from ..sources import ObjectSource
     from .builder import wrap_sourceless
-    from .instances import ObjectValue
 
     obj = v.obj
     cls = type(obj)
@@ -199,10 +193,6 @@ def copy_of_outside_object(tx, v) -> Value:
 
 def shallow_copy_value(tx, v: Value) -> Value:
     """The value of ``copy.copy(v)`` for values created in the frame (or constants)."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .instances import ObjectValue
-    from .pycollections import SetValue
-
     t = type(v)
     if isinstance(v, ConstantValue):
         return _copy_constant(tx, v, copy.copy)

@@ -24,9 +24,12 @@ from ...errors import Unsupported
 from .attributes import bind_class_attribute, generic_getattr, python_getattr_hook
 from .base import BoundMethod, Value
 from .constants import NONE, ConstantValue, const
-from .containers import IteratorValue, TupleValue
+from .containers import DictValue, IteratorValue, TupleValue
 from .exceptions import is_exception_class, make_exception
+from .functions import MethodValue, PartialValue
 from .lookup import MISSING, class_lookup, is_data_descriptor
+from .modules import create_module
+from .pyops import sequence_contains
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
@@ -88,7 +91,6 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
     """``cls(*args, **kwargs)`` for a user class (``cls_value`` is its ClassValue)."""
     cls = cls_value.cls
     if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-        from .modules import create_module
         return create_module(tx, cls, args, kwargs)
     if is_namedtuple_class(cls):
         return construct_namedtuple(tx, cls, args, kwargs)
@@ -169,7 +171,7 @@ class ObjectValue(Value):
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(self, name)`` (what ``super().__getattribute__(name)``
-        reaches): see :mod:`.lookup`."""
+        reaches): see :mod:`.attributes`."""
         if name == "__class__":
             return self.cls_value
         if name == "__dict__" and class_lookup(self.user_class, "__dict__") is not MISSING:
@@ -279,7 +281,6 @@ class ObjectValue(Value):
     def contains(self, tx, item):
         if self._dunder("__contains__") is not None:
             return self._call_dunder(tx, "__contains__", [item], "`in` on").truthy(tx)
-        from .pyops import sequence_contains
         return sequence_contains(tx, self.iterate(tx), item)
 
     def binary_op(self, tx, fn, other, reflected):
@@ -312,7 +313,6 @@ _building: set[int] = set()
 
 def dict_view(items: dict) -> Value:
     """A dict value whose items are ``items`` itself: writes through it change the owner."""
-    from .containers import DictValue
     view = DictValue({})
     view.items = items
     return view
@@ -458,7 +458,6 @@ class SuperValue(Value):
 
     def getattr(self, tx, name):
         from .builder import wrap_sourceless
-        from .functions import MethodValue, PartialValue
 
         mro = self.mro_of.__mro__
         for klass in mro[mro.index(self.start) + 1:]:

@@ -12,9 +12,11 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
+from .attributes import python_getattr_hook
 from .base import BoundMethod, Value
 from .constants import const
 from .containers import IteratorValue, ListValue, TupleValue
+from .exceptions import raise_python
 from .lookup import MISSING
 
 
@@ -79,7 +81,6 @@ class ModuleValue(Value):
                 return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
             return wrap_sourceless(tx, getattr(mod, name))
         if type(mod).__getattr__ is not nn.Module.__getattr__:
-            from .attributes import python_getattr_hook
             return python_getattr_hook(tx, self, name)
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, ()):
@@ -183,7 +184,6 @@ class ModuleValue(Value):
         k = key.as_constant()
         if isinstance(mod, nn.ParameterDict) and isinstance(k, str):
             if k not in mod._keys:
-                from .exceptions import raise_python
                 raise_python(KeyError, k)
             return self.getattr(tx, k)  # a parameter, a buffer or a plain attribute
         if isinstance(mod, nn.ModuleDict):

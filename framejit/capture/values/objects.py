@@ -12,7 +12,10 @@ from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
 from .attributes import generic_getattr, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
-from .containers import IteratorValue
+from .containers import DictValue, IteratorValue
+from .exceptions import raise_python
+from .functions import MethodValue
+from .instances import construct, defined_by_dict
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
 from .lookup import MISSING, class_lookup, is_data_descriptor
 
@@ -55,7 +58,6 @@ class UserObjectValue(Value):
         from ..sources import ItemSource
         from .builder import borrowed, wrap
         tx.output.guards.add(DictKeysGuard(source, type(obj), keys))
-        from .containers import DictValue
         items = {k: wrap(tx, dict.__getitem__(obj, k), ItemSource(source, k)) for k in keys}
         self._storage = borrowed(DictValue(items), obj)
         return self._storage
@@ -103,9 +105,7 @@ class UserObjectValue(Value):
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
-        overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.lookup`."""
-        from .instances import defined_by_dict
-
+        overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.attributes`."""
         obj = self.obj
         if isinstance(obj, dict) and defined_by_dict(type(obj), name) \
                 and self.instance_attr(tx, name) is MISSING:
@@ -214,7 +214,6 @@ class UserObjectValue(Value):
         names that way): read the real attribute now, and guard the value read the same way on
         every call, so the answer is only reused while that read still gives it."""
         from .builder import wrap
-        from .functions import MethodValue
 
         if self.source is None:
             raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
@@ -222,7 +221,6 @@ class UserObjectValue(Value):
             value = getattr(self.obj, name)
         except AttributeError:
             from ..guards import EqualsGuard
-            from .exceptions import raise_python
             tx.output.guards.add(EqualsGuard(HasAttrSource(self.source, name), False))
             raise_python(AttributeError, f"{type(self.obj).__name__!r} object has no attribute {name!r}")
         if isinstance(value, types.MethodType) and value.__self__ is self.obj \
@@ -318,7 +316,6 @@ class ClassValue(Value):
 
     def getattr(self, tx, name):
         from .builder import wrap, wrap_sourceless
-        from .functions import MethodValue
 
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
@@ -335,7 +332,6 @@ class ClassValue(Value):
         return wrap_sourceless(tx, value)
 
     def call(self, tx, args, kwargs):
-        from .instances import construct
         return construct(tx, self, args, kwargs)
 
     def reconstruct(self, cg):

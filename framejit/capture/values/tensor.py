@@ -15,7 +15,8 @@ from ...errors import Unsupported
 from ..guards import any_autocast_enabled
 from .base import Value
 from .constants import ConstantValue, const
-from .containers import IteratorValue
+from .containers import DictValue, IteratorValue, ListValue, TupleValue
+from .numbers import NumberInputValue, as_graph_inputs
 
 # Tensor attributes that are plain Python facts about a tensor of known metadata.
 _META_ATTRS = frozenset({
@@ -316,9 +317,6 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
                run_example=None) -> Value:
     """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result.
     ``run_example(convert)``, when given, computes the example result instead (on fake tensors)."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .numbers import NumberInputValue, as_graph_inputs
-
     args, kwargs = as_graph_inputs(tx, kind, target, args, kwargs)
 
     def convert(v, tensor):
@@ -554,8 +552,6 @@ def clear_meta_memo() -> None:
 
 
 def wrap_op_result(tx, node, result, device) -> Value:
-    from .containers import ListValue, TupleValue
-
     if isinstance(result, torch.Tensor):
         return TensorValue(node)
     if isinstance(result, (tuple, list)):
