@@ -38,13 +38,15 @@ def sibling_imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
-def graph():
+def graph(module_level_only=False):
     edges = defaultdict(set)
     counts = {"module": 0, "function": 0}
     for path in sorted(PKG.glob("*.py")):
         src = path.stem
         edges.setdefault(src, set())
         for dst, top in sibling_imports(path):
+            if module_level_only and not top:
+                continue
             counts["module" if top else "function"] += 1
             if dst != src:
                 edges[src].add(dst)
@@ -93,6 +95,8 @@ def main():
     print(f"cycles (SCCs with >1 module): {len(cycles)}, largest: {max(map(len, cycles), default=0)}")
     for c in sorted(cycles, key=len, reverse=True):
         print(f"  {len(c)}: {' '.join(c)}")
+    top_cycles = [c for c in sccs(graph(module_level_only=True)[0]) if len(c) > 1]
+    print(f"cycles of module-level imports alone: {len(top_cycles)}")
     leaves = sorted(m for m, d in edges.items() if not d)
     print(f"leaves (import no sibling): {' '.join(leaves)}")
 

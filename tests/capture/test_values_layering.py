@@ -17,13 +17,16 @@ VALUES = Path(base_module.__file__).parent
 LEAVES = ["base.py", "lookup.py"]
 
 
-def _sibling_imports(path: Path) -> list[str]:
+def _sibling_imports(path: Path, module_level_only=False) -> list[tuple[int, str]]:
+    """``(line, module)`` for each import of another value module in ``path``."""
     siblings = {p.stem for p in VALUES.glob("*.py")}
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if module_level_only else ast.walk(tree)
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            found += [f"line {node.lineno}: .{name}" for name in names if name in siblings]
+            found += [(node.lineno, name) for name in names if name in siblings]
     return found
 
 
@@ -32,6 +35,27 @@ def test_leaf_modules_import_no_other_value_module(leaf):
     assert _sibling_imports(VALUES / leaf) == [], (
         f"values/{leaf} is imported by every value module, so it must not import them back: move "
         f"the code that needs another value module into that module (or a new one)")
+
+
+def test_module_level_imports_form_no_cycle():
+    # Imports inside functions may close a cycle (builder's wrap knows every kind, and many kinds
+    # wrap their results); at module level a cycle would make import order matter.
+    graph = {p.stem: {m for _, m in _sibling_imports(p, module_level_only=True)} for p in VALUES.glob("*.py")}
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            raise AssertionError(f"module-level import cycle: {' -> '.join(path[path.index(module):] + [module])}")
+        if module in done:
+            return
+        path.append(module)
+        for dep in graph[module]:
+            visit(dep)
+        path.pop()
+        done.add(module)
+
+    for module in graph:
+        visit(module)
 
 
 def test_every_iterable_kind_says_how_it_iterates():
