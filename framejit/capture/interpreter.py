@@ -19,8 +19,9 @@ from bytecode import Bytecode, Instr, Label
 from ..errors import SourceLocation, Unsupported
 from . import compat
 from .sources import ClosureCellSource, LocalSource
-from .values.base import NONE, Value, const
+from .values.base import Value
 from .values.builder import wrap, wrap_sourceless
+from .values.constants import NONE, const
 from .values.containers import TupleValue
 from .values.exceptions import PythonRaise
 from .values.functions import unwrap_torch_disabled

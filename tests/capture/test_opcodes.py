@@ -201,7 +201,7 @@ def test_load_super_attr_resolves_like_super():
 
 def test_send_and_end_send_follow_the_312_stack(monkeypatch):
     from framejit.capture.ops import generators as gen_ops
-    from framejit.capture.values.base import NONE, const
+    from framejit.capture.values.constants import NONE, const
     from framejit.capture.values.containers import IteratorValue
 
     tx = _translator(Child.forward)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ...errors import Unsupported
 from ..interpreter import handler
-from ..values.base import ConstantValue, Value, const
+from ..values.base import Value
+from ..values.constants import ConstantValue, const
 from ..values.containers import DictValue, ListValue, TupleValue
 from ..values.pycollections import SetValue
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ...errors import Unsupported
 from ..interpreter import handler
-from ..values.base import NONE, const
 from ..values.builder import wrap_sourceless
+from ..values.constants import NONE, const
 from ..values.exceptions import ExceptionValue, PythonRaise, as_raisable, matches
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...errors import Unsupported
 from ..compat import PY312_PLUS
 from ..interpreter import handler
-from ..values.base import NONE
+from ..values.constants import NONE
 from ..values.containers import IteratorValue
 from ..values.generators import GeneratorValue, YieldSignal
 from ..values.iterators import as_iterator

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...errors import Unsupported
 from ..compat import PY312_PLUS
 from ..interpreter import _Return, handler
-from ..values.base import ConstantValue
+from ..values.constants import ConstantValue
 from ..values.containers import IteratorValue
 
 

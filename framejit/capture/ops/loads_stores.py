@@ -6,8 +6,9 @@ from ...errors import Unsupported
 from ..compat import PY312_PLUS
 from ..interpreter import RealCell, handler
 from ..sources import GlobalSource
-from ..values.base import NULL, CellValue, ConstantValue
+from ..values.base import NULL, CellValue
 from ..values.builder import wrap, wrap_sourceless
+from ..values.constants import ConstantValue
 
 
 @handler("NOP", "RESUME", "PRECALL", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "END_FOR_NOP")

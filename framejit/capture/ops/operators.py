@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 
 from ..interpreter import handler
-from ..values.base import const
+from ..values.constants import const
 from ..values.pyops import binary, contains, is_same
 
 _BINARY = {

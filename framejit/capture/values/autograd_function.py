@@ -23,6 +23,8 @@ import torch
 
 from ...errors import Unsupported
 from .base import Value
+from .functions import _has_tensor
+from .tensor import graph_call, run_on_fake
 
 _FUNCTION_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
 
@@ -69,9 +71,6 @@ class AutogradFunctionApplyValue(Value):
         return types.MethodType
 
     def call(self, tx, args, kwargs):
-        from .functions import _has_tensor
-        from .tensor import graph_call, run_on_fake
-
         if not _has_tensor([*args, *kwargs.values()]):
             raise Unsupported(f"calling {self.describe()} with no tensor arguments")
         apply = _uncaptured_apply(self.cls)

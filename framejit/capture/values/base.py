@@ -8,8 +8,6 @@ construct named as the user wrote it.
 
 from __future__ import annotations
 
-import inspect
-import types
 from typing import TYPE_CHECKING
 
 from ...errors import Unsupported
@@ -78,10 +76,11 @@ class Value:
         raise Unsupported(f"iterating over {self.describe()}")
 
     def make_iterator(self, tx: Translator) -> Value:
-        """``iter(self)``: by default an iterator over a snapshot of the items; mutable
-        containers give iterators that read them live, as Python's do."""
-        from .containers import IteratorValue
-        return IteratorValue(self.iterate(tx))
+        """``iter(self)``. A kind that overrides :meth:`iterate` overrides this too: most return
+        ``IteratorValue(self.iterate(tx))``, an iterator over a snapshot of the items; mutable
+        containers give iterators that read them live, as Python's do. (The default cannot build
+        the snapshot iterator here: this module imports no other value module.)"""
+        raise Unsupported(f"iterating over {self.describe()}")
 
     def length(self, tx: Translator) -> int:
         return len(self.iterate(tx))
@@ -188,135 +187,6 @@ class NullValue(Value):
 
 
 NULL = NullValue()
-
-
-class ConstantValue(Value):
-    """A Python value known at capture time: numbers, strings, None, dtypes, devices, types,
-    tuples of constants, torch.Size, ranges, slices. Operations on constants fold."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value, source=None):
-        super().__init__(source)
-        self.value = value
-
-    def describe(self):
-        r = repr(self.value)
-        return r if len(r) < 40 else f"a {type(self.value).__name__}"
-
-    def python_type(self):
-        return type(self.value)
-
-    def is_constant(self):
-        return True
-
-    def as_constant(self):
-        return self.value
-
-    def hasattr(self, tx, name):
-        return hasattr(self.value, name)
-
-    def truthy(self, tx):
-        return bool(self.value)
-
-    def iterate(self, tx):
-        try:
-            items = list(self.value)
-        except TypeError:
-            return super().iterate(tx)
-        return [const(x) for x in items]
-
-    def length(self, tx):
-        try:
-            return len(self.value)
-        except TypeError as e:
-            raise Unsupported(f"len() of {self.describe()} (TypeError)") from e
-
-    def contains(self, tx, item):
-        if item.is_constant():
-            try:
-                return item.as_constant() in self.value
-            except TypeError as e:
-                raise Unsupported(f"`in` {self.describe()} raises TypeError: {e}") from e
-        if isinstance(self.value, (tuple, list)):
-            from .pyops import sequence_contains
-            return sequence_contains(tx, [const(x) for x in self.value], item)
-        return super().contains(tx, item)
-
-    def getitem(self, tx, key):
-        from .builder import wrap_sourceless
-
-        k = key.as_constant()
-        try:
-            return wrap_sourceless(tx, self.value[k])
-        except (IndexError, KeyError) as e:
-            from .exceptions import raise_python
-            raise_python(type(e), *e.args)
-        except TypeError as e:
-            raise Unsupported(f"{self.describe()}[{k!r}] raises {type(e).__name__}: {e}") from e
-
-    def getattr(self, tx, name):
-        from .builder import wrap_sourceless
-        from .functions import fold_call_allowed
-
-        try:
-            attr = getattr(self.value, name)
-        except AttributeError as e:
-            raise Unsupported(f"{self.describe()} has no attribute {name!r}") from e
-        if isinstance(attr, types.MappingProxyType) and isinstance(self.value, inspect.Signature):
-            from .containers import DictValue
-            return DictValue({k: ConstantValue(v) for k, v in attr.items()})  # sig.parameters
-        if callable(attr):
-            if not fold_call_allowed(type(self.value), name):
-                raise Unsupported(f"calling {type(self.value).__name__}.{name}()")
-            return ConstantMethodValue(attr, f"{type(self.value).__name__}.{name}")
-        return wrap_sourceless(tx, attr)
-
-    def reconstruct(self, cg):
-        return cg.literal(self.value)
-
-
-class ConstantMethodValue(Value):
-    """A method of a constant of an immutable type (``"a,b".split``, ``x.shape.numel``): a call
-    with constant arguments folds to its result."""
-
-    __slots__ = ("method", "name")
-
-    def __init__(self, method, name: str):
-        super().__init__(None)
-        self.method = method
-        self.name = name
-
-    def describe(self):
-        return f"{self.name}()"
-
-    def call(self, tx, args, kwargs):
-        from .builder import wrap_sourceless
-
-        # as_constant() raises Unsupported for anything not known at capture time; lists of
-        # constants are fine here (the methods of immutable types do not mutate arguments), and
-        # iterators are read out (",".join(str(i) for i in range(3))).
-        a = [_constant_argument(tx, v) for v in args]
-        k = {n: _constant_argument(tx, v) for n, v in kwargs.items()}
-        try:
-            result = self.method(*a, **k)
-        except Exception as e:
-            raise Unsupported(f"{self.name}() raises {type(e).__name__}: {e}") from e
-        return wrap_sourceless(tx, result)
-
-
-def _constant_argument(tx, v: Value):
-    from .containers import IteratorValue
-    if isinstance(v, IteratorValue):
-        return [x.as_constant() for x in v.iterate(tx)]
-    return v.as_constant()
-
-
-def const(value) -> ConstantValue:
-    return ConstantValue(value)
-
-
-NONE = ConstantValue(None)
 
 
 class CellValue(Value):

@@ -24,9 +24,10 @@ from torch import nn
 from ...errors import Unsupported
 from .. import guards as G
 from ..sources import ItemSource, Source
-from .autograd_function import is_custom_function_apply
-from .base import ConstantValue, Value
+from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
+from .base import Value
 from .builtins import BuiltinValue, is_known_callable
+from .constants import ConstantValue
 from .containers import DictValue, ListValue, TupleValue
 from .contexts import (
     AutocastRestore,
@@ -34,7 +35,15 @@ from .contexts import (
     wrap_autocast_restore,
     wrap_grad_mode_restore,
 )
-from .functions import PartialValue, TorchFunctionValue, UserFunctionValue, is_torch_callable
+from .environ import EnvironValue
+from .functions import (
+    MethodValue,
+    PartialValue,
+    TorchFunctionValue,
+    UserFunctionValue,
+    WeakRefValue,
+    is_torch_callable,
+)
 from .modules import ModuleValue
 from .numbers import deferred_number, is_carried
 from .objects import ClassValue, PythonModuleValue, UserObjectValue
@@ -153,7 +162,6 @@ def _wrap(tx, obj, source: Source) -> Value:
         return ClassValue(obj, source)
     if t is types.MethodType and is_custom_function_apply(obj.__self__, obj.__name__):
         from ..sources import AttrSource
-        from .autograd_function import AutogradFunctionApplyValue
         out.guards.add(G.TypeGuard(source, t))
         out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
         out.guards.add(G.IdGuard(AttrSource(source, "__self__"), obj.__self__))
@@ -162,7 +170,6 @@ def _wrap(tx, obj, source: Source) -> Value:
         # A bound Python method (a new object on every attribute read): its function is
         # guarded and its object read through ``__self__``.
         from ..sources import AttrSource
-        from .functions import MethodValue
         out.guards.add(G.TypeGuard(source, t))
         out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
         owner = wrap(tx, obj.__self__, _SelfSource(source))
@@ -196,16 +203,13 @@ def _wrap_callable(tx, obj, source) -> Value:
     if isinstance(obj, types.FunctionType):
         return UserFunctionValue(obj, source)
     if isinstance(obj, types.MethodType) and is_custom_function_apply(obj.__self__, obj.__name__):
-        from .autograd_function import AutogradFunctionApplyValue
         return AutogradFunctionApplyValue(obj.__self__)
     if isinstance(obj, types.MethodType):
-        from .functions import MethodValue
         self_value = wrap(tx, obj.__self__, _SelfSource(source)) if source is not None else wrap_sourceless(tx, obj.__self__)
         return MethodValue(obj.__func__, self_value)
     if type(obj) is functools.partial:
         return _wrap_partial(tx, obj, source)
     if type(obj) is weakref.ReferenceType and source is not None:
-        from .functions import WeakRefValue
         return WeakRefValue(obj, source)
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         raise Unsupported(f"calling the C function {getattr(obj, '__qualname__', obj)}()",
@@ -245,7 +249,6 @@ def borrowed(v, real):
 def wrap_sourceless(tx, obj) -> Value:
     """A value for an object that needs no guard."""
     if obj is os.environ:
-        from .environ import EnvironValue
         return EnvironValue()
     if isinstance(obj, torch.Tensor):
         return tx.output.add_constant_tensor(obj)

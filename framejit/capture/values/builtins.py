@@ -20,9 +20,14 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, UNPINNED, ConstantValue, Value, const
+from .base import UNPINNED, Value
+from .constants import NONE, ConstantValue, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
+from .copying import CONSTRUCTORS as COPYING_CONSTRUCTORS
 from .exceptions import PythonRaise, is_exception_class, make_exception, raise_python
+from .functions import MethodValue, PartialValue, UserFunctionValue
+from .instances import CONSTRUCTORS as INSTANCE_CONSTRUCTORS
+from .instances import make_super
 from .iterators import (
     ChainIterator,
     CountIterator,
@@ -37,6 +42,10 @@ from .iterators import (
     ZipIterator,
     as_iterator,
 )
+from .modules import ModuleValue
+from .pycollections import CONSTRUCTORS as COLLECTION_CONSTRUCTORS
+from .pycollections import DequeValue, fill_dict
+from .pyops import apply_operator, binary
 from .tensor import TensorValue, graph_call, tensor_min_max
 
 _PRINT_HINT = ("printing and logging run Python at call time; remove them from the compiled "
@@ -105,7 +114,6 @@ class BuiltinValue(Value):
         if fn in _OPERATORS_ON_VALUES:
             if kwargs:
                 raise Unsupported(f"operator.{fn.__name__}() with keyword arguments (TypeError)")
-            from .pyops import apply_operator
             return apply_operator(tx, fn, list(args))
         if all(v.is_constant() for v in args) and all(v.is_constant() for v in kwargs.values()) \
                 and fn in _PURE_BUILTINS:
@@ -242,7 +250,6 @@ _CANONICAL = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleT
 @handles(inspect.signature)
 def _inspect_signature(tx, args, kwargs):
     """``inspect.signature(f)`` of a function or method whose code is known: a constant."""
-    from .functions import MethodValue, UserFunctionValue
     if len(args) != 1:
         raise Unsupported("inspect.signature() with these arguments")
     f = args[0]
@@ -321,7 +328,6 @@ def _bi_delattr(tx, args, kwargs):
 
 @handles(super)
 def _bi_super(tx, args, kwargs):
-    from .instances import make_super
     return make_super(tx, args, kwargs)
 
 
@@ -402,8 +408,6 @@ _REVERSIBLE_CONSTANTS = (tuple, list, str, bytes, range, torch.Size)
 @handles(reversed)
 def _bi_reversed(tx, args, kwargs):
     _arity("reversed", args, kwargs, 1, 1)
-    from .modules import ModuleValue
-    from .pycollections import DequeValue
 
     v = args[0]
     ok = isinstance(v, (SequenceValue, DictValue, DequeValue)) \
@@ -436,7 +440,6 @@ _BUILTIN_HANDLERS[all] = _any_all(False)
 @handles(sum)
 def _bi_sum(tx, args, kwargs):
     _arity("sum", args, kwargs, 1, 2, ("start",))
-    from .pyops import binary
 
     acc = kwargs.get("start", args[1] if len(args) > 1 else const(0))
     if acc.is_constant() and isinstance(acc.as_constant(), (str, bytes, bytearray)):
@@ -539,7 +542,6 @@ def _bi_tuple(tx, args, kwargs):
 
 @handles(dict)
 def _bi_dict(tx, args, kwargs):
-    from .pycollections import fill_dict
     return fill_dict(tx, DictValue({}), args, kwargs, "dict")
 
 
@@ -603,7 +605,6 @@ def _bi_round(tx, args, kwargs):
 
 @handles(functools.partial)
 def _partial(tx, args, kwargs):
-    from .functions import PartialValue
     if not args:
         raise Unsupported("functools.partial() without a function (TypeError)")
     fn, rest = args[0], list(args[1:])
@@ -749,12 +750,9 @@ _BUILTIN_HANDLERS[operator.attrgetter] = _getter(True)
 
 
 def _register_library_constructors():
-    from .copying import CONSTRUCTORS as copies
-    from .instances import CONSTRUCTORS as objects
-    from .pycollections import CONSTRUCTORS as colls
-    _BUILTIN_HANDLERS.update(colls)
-    _BUILTIN_HANDLERS.update(objects)
-    _BUILTIN_HANDLERS.update(copies)
+    _BUILTIN_HANDLERS.update(COLLECTION_CONSTRUCTORS)
+    _BUILTIN_HANDLERS.update(INSTANCE_CONSTRUCTORS)
+    _BUILTIN_HANDLERS.update(COPYING_CONSTRUCTORS)
 
 
 _register_library_constructors()

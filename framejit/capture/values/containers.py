@@ -10,7 +10,9 @@ from __future__ import annotations
 import operator
 
 from ...errors import Unsupported
-from .base import BoundMethod, ConstantValue, Value, const
+from .base import BoundMethod, Value
+from .constants import ConstantValue, const
+from .lookup import MISSING, class_lookup
 
 
 def _all_constant(values) -> bool:
@@ -84,6 +86,9 @@ class ItemsProtocol:
     """Iteration, ``len``, truth and ``in`` for values holding an ordered ``items`` list."""
 
     __slots__ = ()
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return list(self.items)
@@ -289,11 +294,11 @@ class TupleValue(SequenceValue):
 
 def _namedtuple_class_attribute(tx, tup: TupleValue, name: str) -> Value:
     """Methods, properties and class attributes of a named tuple class (``p.norm()``)."""
+    from .attributes import bind_class_attribute
     from .builder import wrap_sourceless
-    from .instances import _MISSING, bind_class_attribute, class_lookup
 
     attr = class_lookup(tup.cls, name)
-    if attr is _MISSING or vars(tuple).get(name) is attr:
+    if attr is MISSING or vars(tuple).get(name) is attr:
         raise Unsupported(f"reading .{name} of {tup.describe()}")
     if isinstance(attr, property):
         return tx.inline_function(attr.fget, [tup], {})

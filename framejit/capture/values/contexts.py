@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from ...errors import Unsupported
-from .base import Value, const
+from .base import Value
+from .constants import const
 from .tensor import graph_call
 
 

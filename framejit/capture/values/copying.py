@@ -23,7 +23,13 @@ import copy
 import copyreg
 
 from ...errors import Unsupported
-from .base import ConstantValue, Value
+from .base import Value
+from .constants import ConstantValue, const
+from .containers import DictValue, ListValue, TupleValue
+from .instances import ObjectValue
+from .lookup import MISSING, class_lookup
+from .objects import UserObjectValue
+from .pycollections import SetValue
 
 _HEAPTYPE = 1 << 9
 #: Immutable plain data: what deepcopy returns as is.
@@ -34,21 +40,19 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 def _copy_problem(cls: type) -> str | None:
     """Why ``copy`` would not make an instance of ``cls`` by the default protocol (a new object
     whose ``__dict__`` is the copied state), or None."""
-    from .instances import _MISSING, class_lookup
-
     if type(cls) not in (type, abc.ABCMeta) or not cls.__flags__ & _HEAPTYPE:
         return "its class is not a plain Python class"
     if cls in copy._deepcopy_dispatch or cls in copyreg.dispatch_table:
         return "copy has a special case for its class"
     for name in ("__copy__", "__deepcopy__", "__getnewargs__", "__getnewargs_ex__", "__setstate__"):
-        if class_lookup(cls, name) is not _MISSING:
+        if class_lookup(cls, name) is not MISSING:
             return f"its class defines {name}"
     for name in ("__reduce_ex__", "__reduce__", "__getstate__"):
-        if class_lookup(cls, name) not in (_MISSING, vars(object).get(name)):
+        if class_lookup(cls, name) not in (MISSING, vars(object).get(name)):
             return f"its class defines {name}"
     if cls.__new__ is not object.__new__:
         return "its class defines __new__"
-    if any(vars(k).get("__slots__") for k in cls.__mro__) or class_lookup(cls, "__dict__") is _MISSING:
+    if any(vars(k).get("__slots__") for k in cls.__mro__) or class_lookup(cls, "__dict__") is MISSING:
         return "its class has __slots__"
     return None
 
@@ -94,10 +98,6 @@ def state_matches(obj, keys: tuple, state: dict, types_: tuple, nested: tuple) -
 
 def fresh_value(tx, obj) -> Value:
     """A value for plain data created in the frame: constants, and new lists, dicts, tuples."""
-    from .base import const
-    from .containers import DictValue, ListValue, TupleValue
-    from .pycollections import SetValue
-
     t = type(obj)
     if t in _ATOMIC or t is frozenset:
         return const(obj)
@@ -125,11 +125,6 @@ def _copy_constant(tx, v: ConstantValue, copier) -> Value:
 def deepcopy_value(tx, v: Value, memo: dict) -> Value:
     """The value of ``copy.deepcopy(v)``. ``memo`` maps id(value) to its copy, so shared and
     recursive references are copied once, as copy.deepcopy does."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .instances import ObjectValue
-    from .objects import UserObjectValue
-    from .pycollections import SetValue
-
     done = memo.get(id(v))
     if done is not None:
         return done
@@ -170,7 +165,6 @@ def copy_of_outside_object(tx, v) -> Value:
     from ..guards import StateGuard
     from ..sources import ObjectSource
     from .builder import wrap_sourceless
-    from .instances import ObjectValue
 
     obj = v.obj
     cls = type(obj)
@@ -199,10 +193,6 @@ def copy_of_outside_object(tx, v) -> Value:
 
 def shallow_copy_value(tx, v: Value) -> Value:
     """The value of ``copy.copy(v)`` for values created in the frame (or constants)."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .instances import ObjectValue
-    from .pycollections import SetValue
-
     t = type(v)
     if isinstance(v, ConstantValue):
         return _copy_constant(tx, v, copy.copy)

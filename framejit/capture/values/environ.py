@@ -11,7 +11,8 @@ import os
 
 from ...errors import Unsupported
 from ..sources import Source
-from .base import Value, const
+from .base import Value
+from .constants import const
 
 
 class EnvVarSource(Source):

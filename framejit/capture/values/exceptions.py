@@ -12,7 +12,8 @@ handles becomes a graph break before the call that raises: Python then raises it
 from __future__ import annotations
 
 from ...errors import Unsupported
-from .base import NONE, Value, const
+from .base import Value
+from .constants import NONE, const
 from .containers import TupleValue
 
 

@@ -10,9 +10,12 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import CellValue, Value, const
+from .base import CellValue, Value
+from .constants import const
 from .containers import DictValue, ListValue, SequenceValue, TupleValue
 from .contexts import AUTOCAST_QUERIES, CONTEXT_FACTORIES, fold_autocast_query
+from .exceptions import raise_python
+from .modules import create_module
 from .tensor import ExampleOnlyAnswer, TensorValue, graph_call
 from .torch_queries import torch_query
 
@@ -75,7 +78,6 @@ class UserFunctionValue(Value):
             return wrap(tx, self.fn.__dict__[name], AttrSource(base, name))
         if not hasattr(self.fn, name):
             self._guard_has(tx, name, False)
-            from .exceptions import raise_python
             raise_python(AttributeError, f"'function' object has no attribute '{name}'")
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
@@ -435,7 +437,6 @@ class TorchFunctionValue(Value):
         if fn in AUTOCAST_QUERIES:
             return fold_autocast_query(tx, fn, args, kwargs)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
-            from .modules import create_module
             return create_module(tx, fn, args, kwargs)
         all_args = list(args) + list(kwargs.values())
         if _has_tensor(all_args) or getattr(fn, "__name__", "") in _FACTORY_NAMES:
@@ -478,7 +479,6 @@ class TorchFunctionValue(Value):
         try:
             attr = getattr(self.fn, name)
         except AttributeError as e:
-            from .exceptions import raise_python
             raise_python(AttributeError, str(e))
         return wrap_sourceless(tx, attr)
 

@@ -14,7 +14,8 @@ import types
 
 from ...errors import Unsupported
 from .. import compat
-from .base import NONE, BoundMethod, Value, const
+from .base import BoundMethod, Value
+from .constants import NONE, const
 from .exceptions import PythonRaise
 from .iterators import LazyIteratorValue
 

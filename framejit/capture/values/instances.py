@@ -21,12 +21,15 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import NONE, BoundMethod, ConstantValue, Value, const
-from .containers import TupleValue
+from .attributes import bind_class_attribute, generic_getattr, python_getattr_hook
+from .base import BoundMethod, Value
+from .constants import NONE, ConstantValue, const
+from .containers import DictValue, IteratorValue, TupleValue
 from .exceptions import is_exception_class, make_exception
-from .lookup import MISSING as _MISSING
-from .lookup import class_lookup, generic_getattr, python_getattr_hook
-from .lookup import is_data_descriptor as _is_data_descriptor
+from .functions import MethodValue, PartialValue
+from .lookup import MISSING, class_lookup, is_data_descriptor
+from .modules import create_module
+from .pyops import sequence_contains
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
@@ -72,7 +75,7 @@ def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
         method = getattr(cls, name)
         if method is not getattr(object, name) and not isinstance(method, types.FunctionType):
             return f"it defines {name}"
-    if class_lookup(cls, "__del__") is not _MISSING:
+    if class_lookup(cls, "__del__") is not MISSING:
         return "it defines __del__"
     return None
 
@@ -88,7 +91,6 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
     """``cls(*args, **kwargs)`` for a user class (``cls_value`` is its ClassValue)."""
     cls = cls_value.cls
     if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-        from .modules import create_module
         return create_module(tx, cls, args, kwargs)
     if is_namedtuple_class(cls):
         return construct_namedtuple(tx, cls, args, kwargs)
@@ -139,23 +141,6 @@ def construct_namedtuple(tx, cls, args, kwargs) -> TupleValue:
     return TupleValue(items, cls=cls)
 
 
-def bind_class_attribute(tx, owner, name: str, attr, inst: Value) -> Value:
-    """``inst.name`` where the class attribute ``attr`` (not a data descriptor) was found on
-    ``inst``'s class; ``owner`` is the value of that class (ClassValue), for guarded reads."""
-    from .builder import wrap_sourceless
-    from .functions import MethodValue
-
-    if isinstance(attr, types.FunctionType):
-        return MethodValue(attr, inst)
-    if isinstance(attr, staticmethod):
-        return wrap_sourceless(tx, attr.__func__)
-    if isinstance(attr, classmethod):
-        return MethodValue(attr.__func__, owner)
-    if hasattr(type(attr), "__get__") and not isinstance(attr, type):
-        raise Unsupported(f"reading .{name} of {inst.describe()}, a {type(attr).__name__} descriptor")
-    return owner.getattr(tx, name)
-
-
 class ObjectValue(Value):
     """An instance of a plain user class created in the frame (see the module docstring)."""
 
@@ -186,16 +171,16 @@ class ObjectValue(Value):
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(self, name)`` (what ``super().__getattribute__(name)``
-        reaches): see :mod:`.lookup`."""
+        reaches): see :mod:`.attributes`."""
         if name == "__class__":
             return self.cls_value
-        if name == "__dict__" and class_lookup(self.user_class, "__dict__") is not _MISSING:
+        if name == "__dict__" and class_lookup(self.user_class, "__dict__") is not MISSING:
             return dict_view(self.attrs)
         return generic_getattr(tx, self, name)
 
-    # the three parts of the lookup that differ by kind of instance (see lookup.py)
+    # the three parts of the lookup that differ by kind of instance (see attributes.py)
     def instance_attr(self, tx, name):
-        return self.attrs.get(name, _MISSING)
+        return self.attrs.get(name, MISSING)
 
     def class_value(self, tx):
         return self.cls_value
@@ -221,7 +206,7 @@ class ObjectValue(Value):
         else into the instance dict."""
         cls = self.user_class
         static = class_lookup(cls, name)
-        if _is_data_descriptor(static):
+        if is_data_descriptor(static):
             if isinstance(static, property):
                 if static.fset is None:
                     raise Unsupported(f"assigning the read-only property .{name} (AttributeError)")
@@ -229,7 +214,7 @@ class ObjectValue(Value):
                 return
             if not isinstance(static, types.MemberDescriptorType):
                 raise Unsupported(f"assigning .{name} of {self.describe()}")
-        elif class_lookup(cls, "__dict__") is _MISSING:
+        elif class_lookup(cls, "__dict__") is MISSING:
             raise Unsupported(f"assigning .{name} of {self.describe()}, whose class has __slots__ "
                               "without it (AttributeError)")
         self.attrs[name] = value
@@ -242,7 +227,7 @@ class ObjectValue(Value):
         self.object_delattr(tx, name)
 
     def object_delattr(self, tx, name):
-        if _frozen_dataclass(self.user_class) or _is_data_descriptor(class_lookup(self.user_class, name)):
+        if _frozen_dataclass(self.user_class) or is_data_descriptor(class_lookup(self.user_class, name)):
             raise Unsupported(f"deleting .{name} of {self.describe()}")
         if name not in self.attrs:
             raise Unsupported(f"deleting the missing attribute .{name} (AttributeError)")
@@ -270,8 +255,8 @@ class ObjectValue(Value):
             return self._call_dunder(tx, "__bool__", [], "bool() of").as_constant() is True
         if self._dunder("__len__") is not None:
             return self.length(tx) != 0
-        if class_lookup(self.user_class, "__bool__") is not _MISSING or \
-                class_lookup(self.user_class, "__len__") is not _MISSING:
+        if class_lookup(self.user_class, "__bool__") is not MISSING or \
+                class_lookup(self.user_class, "__len__") is not MISSING:
             raise Unsupported(f"using {self.describe()} as a condition")
         return True
 
@@ -280,6 +265,9 @@ class ObjectValue(Value):
         if not isinstance(n, int) or n < 0:
             raise Unsupported(f"len() of {self.describe()} returning {n!r} (TypeError/ValueError)")
         return n
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return self._call_dunder(tx, "__iter__", [], "iterating over").iterate(tx)
@@ -293,7 +281,6 @@ class ObjectValue(Value):
     def contains(self, tx, item):
         if self._dunder("__contains__") is not None:
             return self._call_dunder(tx, "__contains__", [item], "`in` on").truthy(tx)
-        from .pyops import sequence_contains
         return sequence_contains(tx, self.iterate(tx), item)
 
     def binary_op(self, tx, fn, other, reflected):
@@ -326,7 +313,6 @@ _building: set[int] = set()
 
 def dict_view(items: dict) -> Value:
     """A dict value whose items are ``items`` itself: writes through it change the owner."""
-    from .containers import DictValue
     view = DictValue({})
     view.items = items
     return view
@@ -472,7 +458,6 @@ class SuperValue(Value):
 
     def getattr(self, tx, name):
         from .builder import wrap_sourceless
-        from .functions import MethodValue, PartialValue
 
         mro = self.mro_of.__mro__
         for klass in mro[mro.index(self.start) + 1:]:

@@ -17,8 +17,11 @@ from __future__ import annotations
 import itertools
 
 from ...errors import Unsupported
-from .base import Value, const
+from .base import Value
+from .constants import const
 from .containers import IteratorValue, TupleValue
+from .exceptions import raise_python
+from .pyops import sequence_contains
 
 #: Items one lazy iterator may produce during a capture before it is taken as endless.
 MAX_ITEMS = 10_000
@@ -393,8 +396,6 @@ class DictIterator(LazyIteratorValue):
         return TupleValue([const(k), d[k]])
 
     def _next(self):
-        from .exceptions import raise_python
-
         d = self.dict_value.items
         if len(d) != self.size:
             self.exhausted = True  # Python's iterator gives up for good, too
@@ -447,7 +448,6 @@ class DictView(Value):
     def contains(self, tx, item):
         if self.view == "keys":
             return self.dict_value.contains(tx, item)
-        from .pyops import sequence_contains
         return sequence_contains(tx, self.iterate(tx), item)
 
     def reconstruct(self, cg):

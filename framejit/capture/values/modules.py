@@ -12,10 +12,12 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
-from .base import BoundMethod, Value, const
-from .containers import ListValue, TupleValue
-
-_MISSING = object()
+from .attributes import python_getattr_hook
+from .base import BoundMethod, Value
+from .constants import const
+from .containers import IteratorValue, ListValue, TupleValue
+from .exceptions import raise_python
+from .lookup import MISSING
 
 
 def _has_hooks(mod: nn.Module) -> bool:
@@ -56,17 +58,17 @@ class ModuleValue(Value):
         written = tx.output.side_effects.load_attr(self, name)
         if written is not None:
             return written
-        # Python's order (see lookup.py): data descriptors of the class, the instance dict, the
+        # Python's order (see attributes.py): data descriptors of the class, the instance dict, the
         # class's other attributes, then Module.__getattr__ (parameters, buffers, submodules).
         # A method named like a submodule is therefore the method, as in eager.
         mod = self.module
-        attr = inspect.getattr_static(type(mod), name, _MISSING)
+        attr = inspect.getattr_static(type(mod), name, MISSING)
         if isinstance(attr, property):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
         if name in d:
             return wrap(tx, d[name], AttrSource(self.source, name))
-        if attr is not _MISSING:
+        if attr is not MISSING:
             if isinstance(attr, types.FunctionType):
                 if is_builtin_container_method(mod, name):
                     return BoundMethod(self, name)
@@ -79,7 +81,6 @@ class ModuleValue(Value):
                 return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
             return wrap_sourceless(tx, getattr(mod, name))
         if type(mod).__getattr__ is not nn.Module.__getattr__:
-            from .lookup import python_getattr_hook
             return python_getattr_hook(tx, self, name)
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, ()):
@@ -103,8 +104,8 @@ class ModuleValue(Value):
                 or issubclass(value.python_type(), (nn.Parameter, nn.Module)):
             raise Unsupported(f"assigning .{name} on {self.describe()} (a parameter or submodule)",
                               "assign parameters and submodules outside the compiled function")
-        static = inspect.getattr_static(type(mod), name, _MISSING)
-        if static is not _MISSING and hasattr(type(static), "__set__"):
+        static = inspect.getattr_static(type(mod), name, MISSING)
+        if static is not MISSING and hasattr(type(static), "__set__"):
             raise Unsupported(f"assigning .{name} on {self.describe()}, a property or descriptor")
         tx.output.side_effects.store_attr(self, name, value)
 
@@ -151,6 +152,9 @@ class ModuleValue(Value):
     def _children(self, tx) -> list[Value]:
         return [self._member(tx, "_modules", k) for k in self.module._modules]
 
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
+
     def iterate(self, tx):
         mod = self.module
         fn = self._user_dunder("__iter__")
@@ -180,7 +184,6 @@ class ModuleValue(Value):
         k = key.as_constant()
         if isinstance(mod, nn.ParameterDict) and isinstance(k, str):
             if k not in mod._keys:
-                from .exceptions import raise_python
                 raise_python(KeyError, k)
             return self.getattr(tx, k)  # a parameter, a buffer or a plain attribute
         if isinstance(mod, nn.ModuleDict):

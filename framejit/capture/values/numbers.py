@@ -20,7 +20,8 @@ import operator
 
 from ..guards import EqualsGuard
 from ..sources import Source
-from .base import ConstantValue, Value
+from .base import Value
+from .constants import ConstantValue
 
 _SYMBOLS = {
     operator.add: "+", operator.iadd: "+", operator.sub: "-", operator.isub: "-",

@@ -9,10 +9,15 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
+from .attributes import generic_getattr, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
+from .containers import DictValue, IteratorValue
+from .exceptions import raise_python
+from .functions import MethodValue
+from .instances import construct, defined_by_dict
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
-from .lookup import MISSING, class_lookup, generic_getattr, is_data_descriptor, python_getattr_hook
+from .lookup import MISSING, class_lookup, is_data_descriptor
 
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
@@ -53,7 +58,6 @@ class UserObjectValue(Value):
         from ..sources import ItemSource
         from .builder import borrowed, wrap
         tx.output.guards.add(DictKeysGuard(source, type(obj), keys))
-        from .containers import DictValue
         items = {k: wrap(tx, dict.__getitem__(obj, k), ItemSource(source, k)) for k in keys}
         self._storage = borrowed(DictValue(items), obj)
         return self._storage
@@ -101,16 +105,14 @@ class UserObjectValue(Value):
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
-        overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.lookup`."""
-        from .instances import defined_by_dict
-
+        overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.attributes`."""
         obj = self.obj
         if isinstance(obj, dict) and defined_by_dict(type(obj), name) \
                 and self.instance_attr(tx, name) is MISSING:
             return self.dict_method(tx, name)
         return generic_getattr(tx, self, name)
 
-    # the parts of the lookup that differ by kind of instance (see lookup.py)
+    # the parts of the lookup that differ by kind of instance (see attributes.py)
     def instance_attr(self, tx, name):
         """The attribute in the object's instance dict (or slot), or MISSING; for an object
         read from a source, an absence is guarded, so a later call on an object that has it
@@ -178,6 +180,9 @@ class UserObjectValue(Value):
             return keyed_setitem(tx, self, key, value)
         return super().setitem(tx, key, value)
 
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
+
     def iterate(self, tx):
         fn = self._python_dunder("__iter__")
         if fn is None:
@@ -209,7 +214,6 @@ class UserObjectValue(Value):
         names that way): read the real attribute now, and guard the value read the same way on
         every call, so the answer is only reused while that read still gives it."""
         from .builder import wrap
-        from .functions import MethodValue
 
         if self.source is None:
             raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
@@ -217,7 +221,6 @@ class UserObjectValue(Value):
             value = getattr(self.obj, name)
         except AttributeError:
             from ..guards import EqualsGuard
-            from .exceptions import raise_python
             tx.output.guards.add(EqualsGuard(HasAttrSource(self.source, name), False))
             raise_python(AttributeError, f"{type(self.obj).__name__!r} object has no attribute {name!r}")
         if isinstance(value, types.MethodType) and value.__self__ is self.obj \
@@ -313,7 +316,6 @@ class ClassValue(Value):
 
     def getattr(self, tx, name):
         from .builder import wrap, wrap_sourceless
-        from .functions import MethodValue
 
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
@@ -330,7 +332,6 @@ class ClassValue(Value):
         return wrap_sourceless(tx, value)
 
     def call(self, tx, args, kwargs):
-        from .instances import construct
         return construct(tx, self, args, kwargs)
 
     def reconstruct(self, cg):

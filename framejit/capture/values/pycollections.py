@@ -8,8 +8,13 @@ import collections
 import operator
 
 from ...errors import Unsupported
-from .base import NONE, BoundMethod, Value, const
-from .containers import DictValue, ItemsProtocol
+from .base import BoundMethod, Value
+from .constants import NONE, const
+from .containers import DictValue, ItemsProtocol, IteratorValue, TupleValue
+from .iterators import as_iterator
+from .objects import ClassValue
+from .pyops import equals, identity
+from .tensor import TensorValue
 
 _SET_OPS = {operator.or_: "union", operator.and_: "intersection", operator.sub: "difference",
             operator.xor: "symmetric_difference", operator.ior: "update",
@@ -37,7 +42,6 @@ def _identity_member(tx, v: Value, what: str):
     """A set member that is not a constant: a module (its identity is guarded) or a tensor read
     from outside (``named_parameters``' memo; their distinctness is guarded, see
     ``OutputGraph.note_identity_key``). Both hash by identity. Returns the real object."""
-    from .tensor import TensorValue
     if isinstance(v, TensorValue):
         real = tx.output.real_input(v)
         if real is None:
@@ -87,6 +91,9 @@ class SetValue(Value):
 
     def as_constant(self):
         return set(self.real)
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         return [self.values.get(id(x)) or const(x) for x in self.real]
@@ -147,7 +154,6 @@ class SetValue(Value):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
-        from .tensor import TensorValue
         if any(isinstance(v, TensorValue) for v in self.values.values()):
             raise Unsupported("a set of tensors that outlives the compiled function",
                               "keep sets of tensors local to the compiled function")
@@ -258,7 +264,6 @@ _DEQUE_METHODS = {"append", "appendleft", "pop", "popleft", "extend", "extendlef
 
 def _deque_method(tx, obj, name: str, args, kwargs):
     what = f"deque.{name}"
-    from .pyops import equals, identity
 
     d, items = obj, obj.items
     if kwargs:
@@ -411,7 +416,6 @@ def _dict_extra_method(tx, obj, name: str, args, kwargs):
 
 
 def _pair(key, value: Value) -> Value:
-    from .containers import TupleValue
     return TupleValue([const(key), value])
 
 
@@ -473,7 +477,6 @@ def _fromkeys(make):
         """``dict.fromkeys(keys, value=None)``: every key maps to the one value, as in Python."""
         if kwargs or not 1 <= len(args) <= 2:
             raise Unsupported("fromkeys() with these arguments (TypeError)")
-        from .iterators import as_iterator
         value = args[1] if len(args) > 1 else NONE
         d = make()
         for k in as_iterator(tx, args[0]).iterate(tx):
@@ -497,7 +500,6 @@ def make_namedtuple(tx, args, kwargs):
         cls = collections.namedtuple(*a, **k)
     except (TypeError, ValueError) as e:
         raise Unsupported(f"collections.namedtuple() raises {type(e).__name__}: {e}") from e
-    from .objects import ClassValue
     return ClassValue(cls)
 
 

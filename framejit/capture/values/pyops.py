@@ -17,7 +17,8 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import UNPINNED, ConstantValue, Value, const
+from .base import UNPINNED, Value
+from .constants import ConstantValue, const
 from .tensor import TensorValue
 
 #: Types whose equal values are one object, so ``is`` between two of them is ``==``.

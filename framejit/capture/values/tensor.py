@@ -13,7 +13,10 @@ import torch
 
 from ...errors import Unsupported
 from ..guards import any_autocast_enabled
-from .base import ConstantValue, Value, const
+from .base import Value
+from .constants import ConstantValue, const
+from .containers import DictValue, IteratorValue, ListValue, TupleValue
+from .numbers import NumberInputValue, as_graph_inputs
 
 # Tensor attributes that are plain Python facts about a tensor of known metadata.
 _META_ATTRS = frozenset({
@@ -142,6 +145,9 @@ class TensorValue(Value):
 
     def truthy(self, tx):
         raise Unsupported(f"using {self.describe()} as a Python bool (`if tensor:`, `and`/`or`, bool())", _DATA_HINT)
+
+    def make_iterator(self, tx):
+        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
         if self.example.dim() == 0:
@@ -311,9 +317,6 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
                run_example=None) -> Value:
     """Record ``target(*args, **kwargs)`` as a graph node, run it on meta tensors, wrap the result.
     ``run_example(convert)``, when given, computes the example result instead (on fake tensors)."""
-    from .containers import DictValue, ListValue, TupleValue
-    from .numbers import NumberInputValue, as_graph_inputs
-
     args, kwargs = as_graph_inputs(tx, kind, target, args, kwargs)
 
     def convert(v, tensor):
@@ -576,8 +579,6 @@ def clear_meta_memo() -> None:
 
 
 def wrap_op_result(tx, node, result, device) -> Value:
-    from .containers import ListValue, TupleValue
-
     if isinstance(result, torch.Tensor):
         return TensorValue(node)
     if isinstance(result, (tuple, list)):

@@ -17,7 +17,9 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .base import Value, const
+from .base import Value
+from .constants import const
+from .exceptions import raise_python
 
 # Answers that can be guarded by equality.
 _ANSWER_TYPES = (bool, int, float, str, type(None), torch.dtype)
@@ -108,7 +110,6 @@ class BackendFlagsValue(Value):
         try:
             value = getattr(self.obj, name)
         except AttributeError as e:
-            from .exceptions import raise_python
             raise_python(AttributeError, str(e))
         if isinstance(value, _ANSWER_TYPES):
             tx.output.guards.add(EqualsGuard(AttrSource(ObjectSource(self.obj), name), value))
