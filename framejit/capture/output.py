@@ -274,8 +274,9 @@ class OutputGraph:
                 # Run again after the `except` block, so that an error of the plain run is not
                 # shown as raised "during handling" of the graph's.
                 rerun_call = f"raise {cg.const_name(NativeResult)}({again})" if as_tuple else f"return {again}"
-                calls = ["try:", *(f"    {line}" for line in calls), "except Exception:",
-                         *(undo or ["    pass"]), "else:"]
+                calls = ["try:", *(f"    {line}" for line in calls), "except Exception as ___err:",
+                         f"    if {cg.const_name(rerun_mod.raised_by_signal_handler)}(___err): raise",
+                         *undo, "else:"]
             lines.extend(calls)
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
         # writes to the world outside, in the order the function made them.

@@ -149,6 +149,27 @@ def plan(graph, is_state_switch, same_memory) -> RerunPlan | None:
     return RerunPlan(list(saved), random)
 
 
+def raised_by_signal_handler(exc: BaseException) -> bool:
+    """Whether ``exc`` came from a Python signal handler (a SIGALRM timeout) that ran while the
+    graph did: that is the caller's exception, not the graph's, and must go on as it is."""
+    import signal
+
+    handlers = set()
+    for sig in signal.valid_signals():
+        try:
+            code = getattr(signal.getsignal(sig), "__code__", None)
+        except (ValueError, OSError):
+            continue
+        if code is not None:
+            handlers.add(code)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def save_inputs(*tensors):
     """Used by entry functions: copies of the inputs a graph changes in place."""
     with torch.no_grad():

@@ -55,9 +55,11 @@ def test_timer_during_a_long_capture_propagates(alarm, stats):
         compiled(torch.ones(3))
     signal.setitimer(signal.ITIMER_REAL, 0)
     assert info.value is alarm.raised[0]  # the handler's own exception, not a wrapper of it
-    assert stats.captured == 0 and stats.fallback_reasons == []
+    # On a loaded machine the timer may fire after the capture, while the graph runs: the
+    # exception goes on all the same, and nothing is cached wrongly or decided as a fallback.
+    captured = stats.captured
+    assert captured in (0, 1) and stats.fallback_reasons == []
     _assert_hook_state_restored(alarm)
-    # Nothing was decided about the function: the next call compiles it.
     torch.testing.assert_close(compiled(torch.ones(3)), many_ops(torch.ones(3)))
     assert stats.captured == 1 and stats.eager_frames == 0
 
@@ -166,3 +168,4 @@ def test_capture_on_another_thread_leaves_handlers_alone(alarm, stats):
     t.join()
     assert len(results) == 1 and stats.captured == 1
     assert signal.getsignal(signal.SIGALRM) is alarm
+
