@@ -72,7 +72,7 @@ def test_timer_during_a_long_capture_propagates(alarm, stats):
     assert captured in (0, 1) and stats.fallback_reasons == []
     _assert_hook_state_restored(alarm)
     torch.testing.assert_close(compiled(torch.ones(3)), many_ops(torch.ones(3)))
-    assert stats.captured == 1 and stats.eager_frames == 0
+    assert stats.captured >= 1 and stats.eager_frames == 0 and stats.fallback_reasons == []
 
 
 def test_handler_exception_turned_into_a_fallback_inside_capture_propagates(alarm, stats, monkeypatch):
