@@ -8,8 +8,8 @@ import types
 import torch
 
 from . import _C
-from .backends.registry import lookup_backend
 from .capture import convert_frame as cf
+from .compiler import make_compiler
 from .config import make_options
 
 
@@ -41,14 +41,14 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
             "shape compiles its own version (up to recompile_limit). Use dynamic=None or False."
         )
     opts = make_options(fullgraph=fullgraph, dynamic=dynamic, overrides=options)
-    lookup_backend(backend)  # an unknown backend name fails here, not at the first call
+    compile_graph = make_compiler(backend, opts)  # an unknown backend name fails here
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, backend, opts)
+        return CompiledModule(fn_or_module, compile_graph, opts)
     if not callable(fn_or_module):
         raise TypeError(f"framejit.compile expects a function or an nn.Module, got {type(fn_or_module).__name__}")
     fn = fn_or_module
     code = _code_of(fn)
-    ctx = cf.CompileContext(opts, backend, getattr(fn, "__qualname__", repr(fn)))
+    ctx = cf.CompileContext(opts, compile_graph, getattr(fn, "__qualname__", repr(fn)))
     callback = cf.make_callback(ctx)
     if code is not None:
         cf.register_target(ctx, code)
@@ -69,10 +69,10 @@ class CompiledModule(torch.nn.Module):
     """What ``framejit.compile(module)`` returns: calls run the module with capture on; everything
     else (parameters(), state_dict(), train()/eval(), attributes) is the original module's."""
 
-    def __init__(self, module: torch.nn.Module, backend, options):
+    def __init__(self, module: torch.nn.Module, compile_graph, options):
         # No nn.Module.__init__: every module attribute resolves to the original through
         # __getattr__, so state, parameters and flags are shared, never copied.
-        ctx = cf.CompileContext(options, backend, type(module).__qualname__)
+        ctx = cf.CompileContext(options, compile_graph, type(module).__qualname__)
         callback = cf.make_callback(ctx)
         forward = module.forward
         code = _code_of(forward)

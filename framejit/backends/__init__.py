@@ -4,7 +4,7 @@ torch.compile's contract ``(torch.fx.GraphModule, example_inputs) -> callable``.
 This package imports only :mod:`framejit.fx_ir`.
 """
 
-from . import eager  # noqa: F401  (registers "eager" and "default")
+from . import eager  # noqa: F401  (registers "eager"; framejit.compiler adds "default", "triton")
 from .registry import (
     Backend,
     compile_graph,

@@ -18,6 +18,3 @@ def eager(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """Run the graph as generated Python (no further compilation)."""
     return gm.forward_fn
 
-
-# "default" picks the best backend for the inputs. Until the Triton backend lands it is eager.
-register_backend("default", eager)

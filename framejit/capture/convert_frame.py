@@ -86,10 +86,12 @@ def reset_stats():
 
 @dataclass(eq=False)
 class CompileContext:
-    """One compile() wrapper: its options, backend, callback and target code objects."""
+    """One compile() wrapper: its options, its compile pipeline, callback and target code
+    objects. ``compile_graph(gm, example_inputs) -> callable`` comes from the API
+    (framejit.compiler); it raises BackendError when the backend fails."""
 
     options: object
-    backend: object
+    compile_graph: object
     name: str
     callback: object = None
     targets: set = field(default_factory=set)
@@ -444,7 +446,7 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
         except BreakHere:
             entry, entry_src, gm, compiled, new_code = _split_frame(ctx, code, func, tx, label)
         else:
-            entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.backend, label)
+            entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.compile_graph, label)
             new_code = make_trampoline(code, entry)
     finally:
         output.restore_global_state()
@@ -496,7 +498,7 @@ def _split_frame(ctx, code, func, tx, label):
     if any(isinstance(v, AutocastExit) for v in tx.stack):
         tx.output.autocast_handover = True
     values = [tx.locals[n] for n in local_names] + stack
-    entry, entry_src, gm, compiled = tx.output.compile_entry(values, code, ctx.backend, label,
+    entry, entry_src, gm, compiled = tx.output.compile_entry(values, code, ctx.compile_graph, label,
                                                              as_tuple=True)
     resumes = []
     for exit_ in plan.exits:

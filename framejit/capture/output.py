@@ -20,8 +20,7 @@ import torch
 from bytecode import Bytecode, CellVar, FreeVar, Instr
 
 from .. import _C
-from ..backends.registry import compile_graph, lookup_backend
-from ..errors import BackendError, Unsupported
+from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from . import rerun as rerun_mod
@@ -190,9 +189,11 @@ class OutputGraph:
         return TensorValue(node)
 
     # -- finishing ------------------------------------------------------------------------------
-    def compile_entry(self, values: list, code: types.CodeType, backend, label: str,
+    def compile_entry(self, values: list, code: types.CodeType, compile_graph, label: str,
                       as_tuple: bool = False):
-        """Build the compiled graph and the entry function. The entry returns ``values[0]``, or,
+        """Build the compiled graph and the entry function. ``compile_graph(gm, example_inputs)``
+        is the compile pipeline the API handed over (framejit.compiler): capture ends with the
+        finished graph and its example inputs, and never imports passes or backends. The entry returns ``values[0]``, or,
         with ``as_tuple``, the tuple of all ``values`` (a graph break's locals and stack)."""
         argnames = compat.guard_param_names(code)
         lines = []
@@ -231,7 +232,7 @@ class OutputGraph:
                 graph.lint()
             gm = GraphModule(self.constants, graph)
             example_inputs = [t for _, t, _ in self.inputs]
-            compiled = _compile_with_backend(backend, gm, example_inputs)
+            compiled = compile_graph(gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
             call = f"{cg.const_name(compiled)}({call_args})"
             calls: list[str] = []
@@ -326,22 +327,6 @@ class OutputGraph:
                 else:
                     self.graph.erase_node(node)
         self.inputs = [entry for entry in self.inputs if entry[2] in alive]
-
-
-def _compile_with_backend(backend, gm, example_inputs):
-    record = lookup_backend(backend)
-    try:
-        compiled = compile_graph(record, gm, example_inputs)
-    except Exception as e:
-        raise BackendError(f"backend {record.name!r} failed to compile a graph:\n{gm.graph}") from e
-    code = getattr(compiled, "__code__", None)
-    if record.native and code is not None:
-        # Generated graph code must never be captured itself.
-        _C.set_code_mode(code, _C.MODE_SKIP)
-        return compiled
-    # A user backend may return anything callable; run it with capture off so that nothing it
-    # calls is captured again.
-    return _C.CompiledFunction(compiled, None)
 
 
 class EntryCodegen:

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from framejit import compiler
 from framejit.backends import eager, registry
 from framejit.fx_ir import Graph, GraphModule
 
@@ -11,8 +12,8 @@ def restore_registry():
     built-ins, so they see them even where FRAMEJIT_TEST_BACKEND=fx routes them through torch.fx."""
     registry.list_backends()  # make sure the built-ins are in the snapshot
     saved = dict(registry._REGISTRY)
-    for name in ("eager", "default"):
-        registry.register_backend(name, eager.eager, replace=True)
+    registry.register_backend("eager", eager.eager, replace=True)
+    registry.register_backend("default", compiler.default_backend, replace=True)
     yield
     registry._REGISTRY.clear()
     registry._REGISTRY.update(saved)
