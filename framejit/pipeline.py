@@ -1,7 +1,149 @@
-"""The built-in kernel backends' pipeline: passes, fusion groups, kernels, and the wrapper."""
+"""The built-in kernel backends' pipeline (``backend="default"`` on CUDA tensors, ``"triton"``).
+
+    copy of the captured graph
+      → passes: normalize, decompose, DCE, CSE, constant folding   (framejit.passes)
+      → fusion groups                                               (passes.fusion, networkx)
+      → per group: kernel description → coalesce → Triton source → compiled kernel
+      → a wrapper graph: each group replaced by one launch of its kernel, every other node a
+        torch call (matmuls, views, ops no kernel computes); its generated Python is the
+        compiled function.
+
+A group whose lowering fails keeps its torch ops: the result is still correct, only not fused.
+The captured graph itself is not changed (explain and dumps show it as captured).
+"""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Iterable
+from typing import Any
 
-def compile_with_kernels(gm, example_inputs, devices):
-    return gm.forward_fn
+import networkx as nx
+import torch
+
+from .fx_ir import Graph, GraphModule, Node
+from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
+from .kernels.simplify import coalesce
+from .kernels.triton_runtime import Launcher
+from .passes import fusion
+
+
+def _device_of(node: Node) -> torch.device | None:
+    dev = node.meta.get("device")
+    return torch.device(dev) if dev is not None else None
+
+
+def make_classifier(devices: Iterable[str]) -> Callable[[Node], str | None]:
+    """``classify`` restricted to nodes whose tensors all live on one device of ``devices``."""
+    allowed = frozenset(devices)
+
+    def classify_on(node: Node) -> str | None:
+        kind = classify(node)
+        if kind is None:
+            return None
+        dev = _device_of(node)
+        if dev is None or dev.type not in allowed:
+            return None
+        for inp in node.all_input_nodes:
+            if _device_of(inp) != dev:
+                return None
+        return kind
+
+    return classify_on
+
+
+def run_passes(graph: Graph, constants: dict | None, lint: bool = False) -> None:
+    from . import passes
+
+    runner = getattr(passes, "run_passes", None)
+    if runner is not None:
+        runner(graph, constants, lint=lint)
+
+
+def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterable[str],
+                         *, lint: bool = False) -> Callable[..., Any]:
+    """The compiled function of ``gm``: fusion groups on ``devices`` run as generated kernels."""
+    graph = gm.graph.copy()
+    constants = dict(gm.root) if isinstance(gm.root, dict) else None
+    run_passes(graph, constants, lint=lint)
+    groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
+    launches = []
+    for index, group in enumerate(groups):
+        launch = _lower(group, index)
+        if launch is not None:
+            launches.append(launch)
+    new_graph = _rebuild(graph, launches)
+    if lint:
+        new_graph.lint()
+    root = constants if constants is not None else gm.root
+    wrapper = GraphModule(root, new_graph, class_name=getattr(gm, "class_name", "GraphModule"))
+    fn = wrapper.forward_fn
+    fn.framejit_kernels = [launcher for launcher, _, _ in launches]  # type: ignore[attr-defined]
+    fn.framejit_graph = new_graph  # type: ignore[attr-defined]
+    return fn
+
+
+def _kernel_name(group: fusion.FusionGroup, index: int) -> str:
+    kind = "red" if group.reduce_dims else "poi"
+    words = []
+    for node in group.nodes:
+        word = getattr(node.target, "__name__", str(node.target)).split(".")[0].strip("_")
+        if word and word not in words:
+            words.append(word)
+    return f"fj_{kind}_{'_'.join(words[:4])}"
+
+
+def _lower(group: fusion.FusionGroup, index: int):
+    try:
+        lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, _kernel_name(group, index))
+    except LoweringError:
+        return None
+    kernel = coalesce(lowered.kernel)
+    device = _device_of(group.nodes[0])
+    outputs = [(tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()), n.meta["val"].dtype)
+               for n in lowered.outputs]
+    seed_index = lowered.inputs.index(None) if None in lowered.inputs else None
+    launcher = Launcher(kernel, outputs, device, seed_index)
+    return launcher, lowered, group
+
+
+def _rebuild(graph: Graph, launches: list) -> Graph:
+    """``graph`` with each lowered group replaced by a call of its launcher, placed where its
+    last node was; nodes that used a group value before that point move after it (a
+    lexicographic topological order, so nothing moves across an in-place or random op)."""
+    unit_of: dict[Node, Any] = {}
+    for k, (launcher, lowered, group) in enumerate(launches):
+        for node in group.nodes:
+            unit_of[node] = ("kernel", k)
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    key: dict[Any, int] = {}
+    dag = nx.DiGraph()
+    for node in graph.nodes:
+        u = unit_of.get(node, node)
+        key[u] = max(key.get(u, -1), order[node])
+        dag.add_node(u)
+        for inp in node.all_input_nodes:
+            v = unit_of.get(inp, inp)
+            if v != u:
+                dag.add_edge(v, u)
+    units = nx.lexicographical_topological_sort(dag, key=lambda u: key[u])
+    new = Graph()
+    env: dict[Node, Node] = {}
+    for u in units:
+        if isinstance(u, Node):
+            env[u] = new.node_copy(u, env.__getitem__)
+            continue
+        launcher, lowered, group = launches[u[1]]
+        args = tuple(env[n] for n in lowered.inputs if n is not None)
+        call = new.call_function(launcher, args, name=launcher.name)
+        if len(lowered.outputs) == 1:
+            (out,) = lowered.outputs
+            call.meta = dict(out.meta)
+            env[out] = call
+        else:
+            call.meta["device"] = lowered.outputs[0].meta.get("device")
+            for i, out in enumerate(lowered.outputs):
+                item = new.call_function(operator.getitem, (call, i), name=out.name)
+                item.meta = dict(out.meta)
+                env[out] = item
+    return new

@@ -1,0 +1,194 @@
+"""The device-neutral kernel description: what one fused kernel computes.
+
+A kernel iterates over a box ``sizes`` (one entry per dimension). The dimensions listed in
+``reduce_dims`` are reduced; the others are the *outer* dimensions, one per output element of a
+reduction. Values live at one of two levels:
+
+* ``FULL``: one value per point of the whole box (loads of the row, the pointwise prologue);
+* ``OUTER``: one value per outer point, constant along the reduced dimensions (reduction
+  results and the pointwise ops on them).
+
+A pointwise kernel has no reduced dimensions, and every value is ``FULL``.
+
+Every buffer (a kernel argument) is addressed through strides *in the kernel's box*: element
+``(i0, i1, ...)`` of the box lives at ``sum(i_d * strides[d])``. Broadcasting is stride 0, a
+transposed or sliced input just has other strides. Sizes and strides are :data:`Expr`: an int
+now, a :class:`Sym` (a value passed to the kernel at run time) once shapes are dynamic.
+
+The body is an SSA list of :class:`Op`. Example (softmax over the last dimension)::
+
+    kernel softmax_0  sizes [8, 64]  reduce [1]
+      in0  f32  strides [64, 1]
+      out0 f32  strides [64, 1]
+      %0 = load in0                : f32 full
+      %1 = reduce max %0           : f32 outer
+      %2 = sub %0 %1               : f32 full
+      ...
+      store out0 %6
+
+Renderers (Triton now, C next) turn a :class:`Kernel` into code; ``reference.py`` evaluates one
+with torch and is the oracle the renderers are tested against. This module imports only torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A size or stride known only at run time; the kernel takes it as an argument."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Expr = Union[int, Sym]
+
+FULL = "full"
+OUTER = "outer"
+
+#: Scalar operations: name -> number of operands. Every renderer implements each of them.
+UNARY = (
+    "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+    "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "sign", "not", "isnan",
+)
+BINARY = (
+    "add", "sub", "mul", "truediv", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+    "and", "or",
+)
+#: Reductions; ``argmax``/``argmin`` give int64 indices into the flattened reduced dimensions.
+REDUCTIONS = ("sum", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor argument of the kernel."""
+
+    name: str
+    dtype: torch.dtype
+    #: Strides in the kernel's box (0 along broadcast dimensions), one per box dimension.
+    strides: tuple[Expr, ...]
+    is_output: bool = False
+
+    def __str__(self) -> str:
+        role = "out" if self.is_output else "in"
+        return f"{self.name:<5} {_dt(self.dtype)} {role} strides [{', '.join(map(str, self.strides))}]"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One SSA value (or a store).
+
+    ``kind`` is ``load`` (args: buffer name), ``const`` (args: the number), ``rand`` (args:
+    seed buffer name; uniform in [0, 1), one draw per box point), ``cast`` (args: operand),
+    ``where`` (cond, a, b), a name in :data:`UNARY` or :data:`BINARY`, ``reduce`` (args:
+    reduction name, operand) or ``store`` (args: buffer name, operand). Operands are indices of
+    earlier ops. ``dtype`` is the compute dtype of the value (fp16/bf16 are computed in fp32).
+    """
+
+    kind: str
+    args: tuple[Any, ...]
+    dtype: torch.dtype
+    level: str = FULL
+
+    def format(self, index: int) -> str:
+        def show(a: Any) -> str:
+            return f"%{a}" if isinstance(a, int) and not isinstance(a, bool) else str(a)
+
+        if self.kind == "store":
+            return f"store {self.args[0]} %{self.args[1]}"
+        if self.kind in ("load", "rand"):
+            text = f"{self.kind} {self.args[0]}"
+        elif self.kind == "const":
+            text = f"const {self.args[0]!r}"
+        elif self.kind == "reduce":
+            text = f"reduce {self.args[0]} %{self.args[1]}"
+        else:
+            text = f"{self.kind} " + " ".join(show(a) for a in self.args)
+        return f"%{index} = {text:<28} : {_dt(self.dtype)} {self.level}"
+
+
+@dataclass
+class Kernel:
+    """One fused kernel, independent of the device it will run on."""
+
+    name: str
+    sizes: tuple[Expr, ...]
+    reduce_dims: tuple[int, ...]
+    buffers: list[Buffer]
+    ops: list[Op] = field(default_factory=list)
+
+    # -- derived facts -----------------------------------------------------------------------
+    @property
+    def outer_dims(self) -> tuple[int, ...]:
+        return tuple(d for d in range(len(self.sizes)) if d not in self.reduce_dims)
+
+    @property
+    def outer_sizes(self) -> tuple[Expr, ...]:
+        return tuple(self.sizes[d] for d in self.outer_dims)
+
+    @property
+    def reduce_sizes(self) -> tuple[Expr, ...]:
+        return tuple(self.sizes[d] for d in self.reduce_dims)
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reduce_dims)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    @property
+    def inputs(self) -> list[Buffer]:
+        return [b for b in self.buffers if not b.is_output]
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return [b for b in self.buffers if b.is_output]
+
+    def symbols(self) -> list[Sym]:
+        """The run-time sizes and strides the kernel takes as arguments, in a fixed order."""
+        seen: dict[str, Sym] = {}
+        for e in (*self.sizes, *(s for b in self.buffers for s in b.strides)):
+            if isinstance(e, Sym):
+                seen.setdefault(e.name, e)
+        return list(seen.values())
+
+    def __str__(self) -> str:
+        head = f"kernel {self.name}  sizes [{', '.join(map(str, self.sizes))}]"
+        if self.reduce_dims:
+            head += f"  reduce {list(self.reduce_dims)}"
+        lines = [head]
+        lines += [f"  {b}" for b in self.buffers]
+        lines += [f"  {op.format(i)}" for i, op in enumerate(self.ops)]
+        return "\n".join(lines)
+
+
+def product(exprs: tuple[Expr, ...] | list[Expr]) -> Expr:
+    """The product of sizes; a :class:`Sym` named ``a*b`` when some are symbolic."""
+    known = math.prod(e for e in exprs if isinstance(e, int))
+    syms = [e.name for e in exprs if isinstance(e, Sym)]
+    if not syms:
+        return known
+    return Sym("*".join(([str(known)] if known != 1 else []) + syms))
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a value of ``dtype`` is computed in: fp16/bf16 (and fp8) in fp32."""
+    if dtype.is_floating_point and dtype.itemsize < 4:
+        return torch.float32
+    return dtype
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")

@@ -1,0 +1,385 @@
+"""From a fusion group of graph nodes to a :class:`~framejit.kernels.ir.Kernel`.
+
+The graph nodes are in the vocabulary that ``framejit.passes`` produce: aten overloads for
+pointwise math, casts, ``rand_like``, and keepdim reductions. :func:`classify` says which nodes a
+kernel can compute (the partitioner asks it); :func:`lower_group` builds the kernel of one group
+and says which graph values it reads and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..fx_ir import Node
+from .ir import FULL, OUTER, Buffer, Kernel, Op, compute_dtype
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+#: aten overload -> scalar op of the description; operands cast to the output's compute dtype.
+_ARITHMETIC = {
+    aten.add.Tensor: "add", aten.sub.Tensor: "sub", aten.mul.Tensor: "mul",
+    aten.div.Tensor: "truediv", aten.maximum.default: "maximum", aten.minimum.default: "minimum",
+    aten.neg.default: "neg", aten.abs.default: "abs", aten.exp.default: "exp",
+    aten.log.default: "log", aten.log1p.default: "log1p", aten.expm1.default: "expm1",
+    aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.reciprocal.default: "reciprocal",
+    aten.sin.default: "sin", aten.cos.default: "cos", aten.tanh.default: "tanh",
+    aten.sigmoid.default: "sigmoid", aten.erf.default: "erf", aten.relu.default: "relu",
+    aten.floor.default: "floor", aten.ceil.default: "ceil", aten.sign.default: "sign",
+}
+#: Ops defined only on floating point values in torch.
+_FLOAT_ONLY = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+               "tanh", "sigmoid", "erf", "truediv"}
+_COMPARISONS = {
+    aten.eq.Tensor: "eq", aten.ne.Tensor: "ne", aten.lt.Tensor: "lt", aten.le.Tensor: "le",
+    aten.gt.Tensor: "gt", aten.ge.Tensor: "ge", aten.eq.Scalar: "eq", aten.ne.Scalar: "ne",
+    aten.lt.Scalar: "lt", aten.le.Scalar: "le", aten.gt.Scalar: "gt", aten.ge.Scalar: "ge",
+}
+_LOGICAL = {aten.logical_and.default: "and", aten.logical_or.default: "or",
+            aten.logical_not.default: "not"}
+_REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min",
+               aten.argmax.default: "argmax", aten.argmin.default: "argmin"}
+_OTHERS = {aten.where.self, aten.clamp.default, aten.pow.Tensor_Scalar, aten.isnan.default,
+           prims.convert_element_type.default, aten.clone.default, aten.rand_like.default}
+#: Exponents of pow that lower to exact products/square roots.
+_POW_EXPONENTS = {0, 1, 2, 3, 4, -1, -2, 0.5, -0.5}
+
+SUPPORTED_DTYPES = frozenset({
+    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool,
+})
+
+POINTWISE = "pointwise"
+REDUCTION = "reduction"
+
+
+def _val(a: Any) -> Any:
+    return a.meta.get("val") if isinstance(a, Node) else a
+
+
+def _scalar_ok(a: Any) -> bool:
+    return type(a) in (int, float, bool)
+
+
+def _tensor_ok(t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and t.dtype in SUPPORTED_DTYPES and not t.requires_grad
+            and t.layout == torch.strided)
+
+
+def reduction_dims(node: Node) -> tuple[int, ...] | None:
+    """The (sorted, non-negative) dimensions a reduction node reduces, or None."""
+    if node.target not in _REDUCTIONS:
+        return None
+    x = node.args[0]
+    ndim = _val(x).dim()
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if node.target in (aten.argmax.default, aten.argmin.default):
+        if not isinstance(dims, int):
+            return None
+        dims = [dims]
+    if not dims:
+        return None
+    return tuple(sorted({d % ndim for d in dims}))
+
+
+def classify(node: Node) -> str | None:
+    """``"pointwise"``, ``"reduction"`` or None (the node stays a torch call)."""
+    if node.op != "call_function":
+        return None
+    target = node.target
+    try:
+        known = (target in _ARITHMETIC or target in _COMPARISONS or target in _LOGICAL
+                 or target in _REDUCTIONS or target in _OTHERS)
+    except TypeError:
+        return None
+    if not known:
+        return None
+    out = node.meta.get("val")
+    if not _tensor_ok(out) or out.numel() == 0:
+        return None
+    for a in (*node.args, *node.kwargs.values()):
+        if isinstance(a, Node):
+            if not _tensor_ok(a.meta.get("val")):
+                return None
+    tensor_args = [a for a in node.args if isinstance(a, Node)]
+    if not tensor_args:
+        return None
+    if target in _REDUCTIONS:
+        return _classify_reduction(node)
+    if target in _ARITHMETIC:
+        name = _ARITHMETIC[target]
+        if out.dtype == torch.bool or (name in _FLOAT_ONLY and not out.dtype.is_floating_point):
+            return None
+        if node.kwargs or not all(isinstance(a, Node) or _scalar_ok(a) for a in node.args):
+            return None
+        return POINTWISE
+    if target in _COMPARISONS or target in _LOGICAL:
+        if node.kwargs or not all(isinstance(a, Node) or _scalar_ok(a) for a in node.args):
+            return None
+        return POINTWISE
+    if target is aten.where.self:
+        if node.kwargs or not isinstance(node.args[0], Node) or node.args[0].meta["val"].dtype != torch.bool:
+            return None
+        return POINTWISE if all(isinstance(a, Node) or _scalar_ok(a) for a in node.args[1:]) else None
+    if target is aten.clamp.default:
+        bounds = [*node.args[1:], *node.kwargs.values()]
+        if out.dtype == torch.bool or not all(b is None or _scalar_ok(b) for b in bounds):
+            return None
+        return POINTWISE
+    if target is aten.pow.Tensor_Scalar:
+        if not out.dtype.is_floating_point or node.args[1] not in _POW_EXPONENTS:
+            return None
+        return POINTWISE
+    if target is aten.isnan.default:
+        return POINTWISE
+    if target is prims.convert_element_type.default:
+        return POINTWISE
+    if target is aten.clone.default:
+        return POINTWISE if set(node.kwargs) <= {"memory_format"} else None
+    if target is aten.rand_like.default:
+        if out.dtype != torch.float32 or set(node.kwargs) - {"dtype"}:
+            return None
+        return POINTWISE
+    return None
+
+
+def _classify_reduction(node: Node) -> str | None:
+    x = node.args[0]
+    xv = _val(x)
+    dims = reduction_dims(node)
+    if dims is None or xv.dim() == 0:
+        return None
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    extra = set(node.kwargs) - {"dim", "keepdim"}
+    if not keepdim or extra:
+        return None
+    if math.prod(xv.shape[d] for d in dims) <= 1:
+        return None
+    if node.target in (aten.argmax.default, aten.argmin.default) and xv.dtype == torch.bool:
+        return None
+    out = node.meta["val"]
+    if node.target is aten.sum.dim_IntList and (out.dtype != compute_dtype(out.dtype)
+                                                or xv.dtype == torch.bool):
+        # fp16/bf16 sums must come upcast by the passes; bool inputs are left to torch.
+        return None
+    return REDUCTION
+
+
+def reduced_shape(sizes: tuple[int, ...], reduce_dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if d in reduce_dims else s for d, s in enumerate(sizes))
+
+
+def box_strides(shape, strides, sizes) -> tuple[int, ...] | None:
+    """Strides of a tensor (``shape``, ``strides``) broadcast into the box ``sizes``, or None
+    when it does not broadcast."""
+    off = len(sizes) - len(shape)
+    if off < 0:
+        return None
+    out = []
+    for d, size in enumerate(sizes):
+        j = d - off
+        if j < 0 or shape[j] == 1:
+            out.append(0)
+        elif shape[j] == size:
+            out.append(int(strides[j]))
+        else:
+            return None
+    return tuple(out)
+
+
+@dataclass
+class LoweredGroup:
+    """A kernel and the graph values bound to its buffers."""
+
+    kernel: Kernel
+    #: graph nodes read, in the order of the kernel's input buffers (a ``None`` entry is the
+    #: per-call random seed, a 0-d int64 tensor the launcher draws).
+    inputs: list[Node | None]
+    #: graph nodes written, in the order of the kernel's output buffers.
+    outputs: list[Node]
+
+
+class LoweringError(Exception):
+    """The group cannot be expressed as one kernel (the pipeline then keeps its torch ops)."""
+
+
+def lower_group(nodes: list[Node], sizes: tuple[int, ...], reduce_dims: tuple[int, ...],
+                name: str) -> LoweredGroup:
+    """Lower ``nodes`` (topological order) computing over the box ``sizes`` with
+    ``reduce_dims`` reduced into one kernel."""
+    return _Lowering(nodes, tuple(sizes), tuple(reduce_dims), name).run()
+
+
+class _Lowering:
+    def __init__(self, nodes, sizes, reduce_dims, name):
+        self.nodes = nodes
+        self.members = set(nodes)
+        self.sizes = sizes
+        self.reduce_dims = reduce_dims
+        self.outer_shape = reduced_shape(sizes, reduce_dims)
+        self.kernel = Kernel(name, sizes, reduce_dims, [])
+        self.value: dict[Node, int] = {}
+        self.loads: dict[tuple[Node, str], int] = {}
+        self.input_nodes: list[Node | None] = []
+        self.input_buffer: dict[Node, str] = {}
+        self.seed: str | None = None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def emit(self, kind, args, dtype, level) -> int:
+        self.kernel.ops.append(Op(kind, tuple(args), dtype, level))
+        return len(self.kernel.ops) - 1
+
+    def level_of(self, node: Node) -> str:
+        shape = tuple(node.meta["val"].shape)
+        if not self.reduce_dims or shape == self.sizes:
+            if shape != self.sizes:
+                raise LoweringError(f"{node.name} has shape {shape}, not the kernel's {self.sizes}")
+            return FULL
+        if shape == self.outer_shape:
+            return OUTER
+        raise LoweringError(f"{node.name} has shape {shape}, neither {self.sizes} nor {self.outer_shape}")
+
+    def cast(self, index: int, dtype: torch.dtype) -> int:
+        op = self.kernel.ops[index]
+        if op.dtype == dtype:
+            return index
+        if op.kind == "const":
+            return self.emit("const", (_convert_number(op.args[0], dtype),), dtype, op.level)
+        return self.emit("cast", (index,), dtype, op.level)
+
+    def operand(self, a: Any, dtype: torch.dtype, level: str) -> int:
+        """The op index of ``a`` (group node, outside tensor or Python number) as ``dtype``."""
+        if isinstance(a, Node):
+            if a in self.members:
+                index = self.value[a]
+                if level == OUTER and self.kernel.ops[index].level == FULL:
+                    raise LoweringError(f"{a.name} is used per row but varies along the row")
+            else:
+                index = self.load(a, level)
+            return self.cast(index, dtype)
+        return self.emit("const", (_convert_number(a, dtype),), dtype, level)
+
+    def load(self, node: Node, level: str) -> int:
+        key = (node, level)
+        if key in self.loads:
+            return self.loads[key]
+        val = node.meta["val"]
+        strides = box_strides(tuple(val.shape), tuple(val.stride()), self.sizes)
+        if strides is None:
+            raise LoweringError(f"{node.name} of shape {tuple(val.shape)} does not broadcast to {self.sizes}")
+        if level == OUTER and any(strides[d] != 0 for d in self.reduce_dims):
+            raise LoweringError(f"{node.name} varies along the reduced dimensions")
+        name = self.input_buffer.get(node)
+        if name is None:
+            name = f"in{len(self.input_nodes)}"
+            self.input_buffer[node] = name
+            self.input_nodes.append(node)
+            self.kernel.buffers.append(Buffer(name, val.dtype, strides))
+        index = self.emit("load", (name,), compute_dtype(val.dtype), level)
+        self.loads[key] = index
+        return index
+
+    # -- the walk -------------------------------------------------------------------------------
+    def run(self) -> LoweredGroup:
+        for node in self.nodes:
+            self.value[node] = self.lower(node)
+        outputs = []
+        for node in self.nodes:
+            if any(u not in self.members for u in node.users):
+                outputs.append(node)
+        if not outputs:
+            raise LoweringError("the group has no outputs")
+        for k, node in enumerate(outputs):
+            val = node.meta["val"]
+            level = self.kernel.ops[self.value[node]].level
+            strides = box_strides(tuple(val.shape), tuple(val.stride()), self.sizes)
+            name = f"out{k}"
+            self.kernel.buffers.append(Buffer(name, val.dtype, strides, is_output=True))
+            self.emit("store", (name, self.value[node]), compute_dtype(val.dtype), level)
+        return LoweredGroup(self.kernel, self.input_nodes, outputs)
+
+    def lower(self, node: Node) -> int:
+        target, args = node.target, node.args
+        out = node.meta["val"]
+        level = self.level_of(node)
+        c = compute_dtype(out.dtype)
+        if target in _ARITHMETIC:
+            name = _ARITHMETIC[target]
+            ops = [self.operand(a, c, level) for a in args]
+            return self.emit(name, ops, c, level)
+        if target in _COMPARISONS:
+            vals = [_val(a) for a in args]
+            common = compute_dtype(torch.result_type(*vals))
+            ops = [self.operand(a, common, level) for a in args]
+            return self.emit(_COMPARISONS[target], ops, torch.bool, level)
+        if target in _LOGICAL:
+            ops = [self.operand(a, torch.bool, level) for a in args]
+            return self.emit(_LOGICAL[target], ops, torch.bool, level)
+        if target is aten.where.self:
+            cond = self.operand(args[0], torch.bool, level)
+            a = self.operand(args[1], c, level)
+            b = self.operand(args[2], c, level)
+            return self.emit("where", (cond, a, b), c, level)
+        if target is aten.clamp.default:
+            lo = args[1] if len(args) > 1 else node.kwargs.get("min")
+            hi = args[2] if len(args) > 2 else node.kwargs.get("max")
+            x = self.operand(args[0], c, level)
+            # NaN stays NaN: the comparisons are false for it.
+            if lo is not None:
+                bound = self.operand(lo, c, level)
+                x = self.emit("where", (self.emit("lt", (x, bound), torch.bool, level), bound, x), c, level)
+            if hi is not None:
+                bound = self.operand(hi, c, level)
+                x = self.emit("where", (self.emit("gt", (x, bound), torch.bool, level), bound, x), c, level)
+            return x
+        if target is aten.pow.Tensor_Scalar:
+            return self.power(self.operand(args[0], c, level), args[1], c, level)
+        if target is aten.isnan.default:
+            x = self.operand(args[0], compute_dtype(_val(args[0]).dtype), level)
+            return self.emit("isnan", (x,), torch.bool, level)
+        if target is prims.convert_element_type.default or target is aten.clone.default:
+            return self.operand(args[0], c, level)
+        if target is aten.rand_like.default:
+            if self.seed is None:
+                self.seed = f"in{len(self.input_nodes)}"
+                self.input_nodes.append(None)
+                self.kernel.buffers.append(Buffer(self.seed, torch.int64, (0,) * len(self.sizes)))
+            return self.emit("rand", (self.seed,), torch.float32, FULL)
+        if target in _REDUCTIONS:
+            dims = reduction_dims(node)
+            if dims != self.reduce_dims:
+                raise LoweringError(f"{node.name} reduces {dims}, the kernel {self.reduce_dims}")
+            kind = _REDUCTIONS[target]
+            x = args[0]
+            if x in self.members and self.kernel.ops[self.value[x]].level != FULL:
+                raise LoweringError(f"{node.name} reduces a per-row value")
+            if kind in ("argmax", "argmin"):
+                src = self.operand(x, compute_dtype(_val(x).dtype), FULL)
+                return self.emit("reduce", (kind, src), torch.int64, OUTER)
+            src = self.operand(x, c, FULL)
+            return self.emit("reduce", (kind, src), c, OUTER)
+        raise LoweringError(f"no kernel lowering for {node.format()}")
+
+    def power(self, x: int, n, c, level) -> int:
+        if n == 0:
+            return self.emit("const", (1.0,), c, level)
+        if n in (0.5, -0.5):
+            return self.emit("sqrt" if n > 0 else "rsqrt", (x,), c, level)
+        result = x
+        for _ in range(abs(int(n)) - 1):
+            result = self.emit("mul", (result, x), c, level)
+        if n < 0:
+            result = self.emit("reciprocal", (result,), c, level)
+        return result
+
+
+def _convert_number(value: Any, dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    return int(value)

@@ -1,0 +1,95 @@
+"""A tiny interpreter of the kernel description in torch: the oracle renderers are tested
+against.
+
+``run_reference(kernel, inputs)`` takes one tensor per input buffer (the seed buffer of random
+kernels is a 0-d int64 tensor) and returns the output tensors, allocated with ``empty_like``
+semantics from ``outputs_like`` (tensors giving each output's shape, strides and dtype).
+FULL values are tensors of the box's shape, OUTER values keep size 1 along the reduced
+dimensions, so torch's broadcasting lines them up exactly as the kernel's levels do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .ir import FULL, Kernel
+from .lowering import reduced_shape
+
+_UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
+    "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+    "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "erf": torch.erf, "relu": torch.relu, "sign": torch.sign,
+    "not": torch.logical_not, "isnan": torch.isnan,
+}
+_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne,
+    "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "and": torch.logical_and,
+    "or": torch.logical_or,
+}
+
+
+def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
+                  outputs_like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    sizes = tuple(int(s) for s in kernel.sizes)
+    outer = reduced_shape(sizes, kernel.reduce_dims)
+    tensors = {b.name: t for b, t in zip(kernel.inputs, inputs)}
+    outs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            for t in outputs_like]
+    tensors.update({b.name: t for b, t in zip(kernel.outputs, outs)})
+    values: list[torch.Tensor] = []
+
+    def view(name: str, level: str) -> torch.Tensor:
+        buf = kernel.buffer(name)
+        shape = sizes if level == FULL else outer
+        strides = tuple(int(s) for s in buf.strides)
+        return torch.as_strided(tensors[name], shape, strides)
+
+    for op in kernel.ops:
+        kind, args = op.kind, op.args
+        if kind == "load":
+            v = view(args[0], op.level).to(op.dtype)
+        elif kind == "const":
+            v = torch.tensor(args[0], dtype=op.dtype)
+        elif kind == "rand":
+            g = torch.Generator().manual_seed(int(tensors[args[0]]))
+            v = torch.rand(sizes, generator=g, dtype=torch.float32)
+        elif kind == "cast":
+            v = values[args[0]].to(op.dtype)
+        elif kind == "where":
+            v = torch.where(values[args[0]], values[args[1]], values[args[2]]).to(op.dtype)
+        elif kind in _UNARY:
+            v = _UNARY[kind](values[args[0]])
+        elif kind in ("floor", "ceil"):
+            x = values[args[0]]
+            v = getattr(torch, kind)(x) if x.dtype.is_floating_point else x
+        elif kind in _BINARY:
+            v = _BINARY[kind](values[args[0]], values[args[1]])
+        elif kind == "reduce":
+            v = _reduce(args[0], values[args[1]], kernel.reduce_dims, sizes)
+        elif kind == "store":
+            target = view(args[0], op.level)
+            target.copy_(values[args[1]].expand(target.shape))
+            values.append(values[args[1]])
+            continue
+        else:
+            raise NotImplementedError(f"reference: no rule for op {kind!r}")
+        values.append(v.to(op.dtype) if v.dtype != op.dtype else v)
+    return outs
+
+
+def _reduce(kind: str, x: torch.Tensor, dims: tuple[int, ...], sizes) -> torch.Tensor:
+    x = x.expand(sizes)
+    if kind == "sum":
+        return torch.sum(x, dims, keepdim=True)
+    if kind == "max":
+        return torch.amax(x, dims, keepdim=True)
+    if kind == "min":
+        return torch.amin(x, dims, keepdim=True)
+    (dim,) = dims
+    if kind == "argmax":
+        return torch.argmax(x, dim, keepdim=True)
+    return torch.argmin(x, dim, keepdim=True)

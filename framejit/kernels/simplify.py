@@ -1,0 +1,43 @@
+"""Simplifications of a kernel description that keep its meaning.
+
+:func:`coalesce` drops size-1 dimensions and merges neighbouring dimensions that every buffer
+walks contiguously (``stride[d] == stride[d+1] * size[d+1]``, broadcast dimensions included), so
+a kernel over contiguous tensors indexes with one flat index instead of a div/mod per dimension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .ir import Kernel
+
+
+def coalesce(kernel: Kernel) -> Kernel:
+    if any(not isinstance(s, int) for s in kernel.sizes):
+        return kernel  # symbolic sizes: merging needs the sizes' values
+    sizes = list(kernel.sizes)
+    is_reduce = [d in kernel.reduce_dims for d in range(len(sizes))]
+    strides = {b.name: list(b.strides) for b in kernel.buffers}
+    if any(not isinstance(s, int) for st in strides.values() for s in st):
+        return kernel
+    # Drop size-1 dimensions (any stride), keeping at least one dimension of each kind used.
+    keep = [d for d in range(len(sizes)) if sizes[d] != 1]
+    for kind in (False, True):
+        if any(is_reduce[d] == kind for d in range(len(sizes))) and not any(is_reduce[d] == kind for d in keep):
+            keep.append(next(d for d in range(len(sizes)) if is_reduce[d] == kind))
+    keep.sort()
+    sizes = [sizes[d] for d in keep]
+    is_reduce = [is_reduce[d] for d in keep]
+    strides = {n: [st[d] for d in keep] for n, st in strides.items()}
+    d = len(sizes) - 2
+    while d >= 0:
+        if is_reduce[d] == is_reduce[d + 1] and all(
+                st[d] == st[d + 1] * sizes[d + 1] for st in strides.values()):
+            sizes[d] *= sizes[d + 1]
+            del sizes[d + 1], is_reduce[d + 1]
+            for st in strides.values():
+                del st[d]
+        d -= 1
+    buffers = [replace(b, strides=tuple(strides[b.name])) for b in kernel.buffers]
+    reduce_dims = tuple(i for i, r in enumerate(is_reduce) if r)
+    return Kernel(kernel.name, tuple(sizes), reduce_dims, buffers, list(kernel.ops))

@@ -1,0 +1,414 @@
+"""The Triton renderer: a :class:`~framejit.kernels.ir.Kernel` as the source of a Triton kernel.
+
+Three shapes of kernel:
+
+* **pointwise**: a 1-D grid over the flattened box, ``XBLOCK`` elements per program;
+* **persistent reduction**: ``XBLOCK`` rows per program, the whole reduced extent in registers
+  (``RBLOCK`` >= its size), every value computed once;
+* **looped reduction**: a loop over the reduced extent in ``RBLOCK`` chunks per reduction, with
+  per-lane accumulators combined at the end; FULL values are recomputed (reloaded) in each loop
+  that needs them, and a last loop stores the FULL outputs.
+
+Only ``tl.*`` math is emitted (no libdevice), so every kernel also runs under Triton's
+interpreter. fp16/bf16 are loaded as fp32 (the description's compute dtypes) and cast on
+store. Indices are int32 when every offset fits, int64 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ir import FULL, OUTER, Kernel, Op, Sym, product
+
+#: The largest reduced extent kept in registers (a persistent reduction).
+PERSISTENT_LIMIT = 8192
+
+_TL_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
+    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+_HELPERS = {
+    "max": '''
+@_jit
+def _max_combine(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+''',
+    "min": '''
+@_jit
+def _min_combine(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+''',
+    "argmax": '''
+@_jit
+def _argmax_combine(va, ia, vb, ib):
+    a_nan = va != va
+    b_nan = vb != vb
+    better = (va > vb) | (a_nan & ~b_nan)
+    same = (va == vb) | (a_nan & b_nan)
+    pick = better | (same & (ia < ib))
+    return tl.where(pick, va, vb), tl.where(pick, ia, ib)
+''',
+    "argmin": '''
+@_jit
+def _argmin_combine(va, ia, vb, ib):
+    a_nan = va != va
+    b_nan = vb != vb
+    better = (va < vb) | (a_nan & ~b_nan)
+    same = (va == vb) | (a_nan & b_nan)
+    pick = better | (same & (ia < ib))
+    return tl.where(pick, va, vb), tl.where(pick, ia, ib)
+''',
+}
+
+_BIG_INDEX = 2**31 - 1
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    try:
+        return _TL_DTYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"no Triton type for {dtype}") from None
+
+
+def is_persistent(kernel: Kernel) -> bool:
+    rnumel = product(kernel.reduce_sizes)
+    return isinstance(rnumel, int) and rnumel <= PERSISTENT_LIMIT
+
+
+def render(kernel: Kernel) -> str:
+    """The Python source of a module defining the Triton kernel ``kernel.name``; its
+    decorator is the name ``_jit``, bound by the loader (``triton.jit`` or the interpreter)."""
+    return _Renderer(kernel).source()
+
+
+def _literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return str(int(value))
+
+
+def _neutral(kind: str, dtype: torch.dtype) -> str:
+    if kind == "sum":
+        return "0"
+    big = "max" in kind
+    if dtype.is_floating_point:
+        return 'float("-inf")' if big else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return str(info.min if big else info.max)
+
+
+class _Renderer:
+    def __init__(self, kernel: Kernel) -> None:
+        self.k = kernel
+        self.reduction = kernel.is_reduction
+        self.persistent = self.reduction and is_persistent(kernel)
+        self.lines: list[str] = []
+        self.helpers: set[str] = set()
+        self.int64 = self._needs_int64()
+        # dim index -> variable name, per kind; built lazily per scope
+        self.symbols = kernel.symbols()
+
+    # -- indexing -----------------------------------------------------------------------------
+    def _needs_int64(self) -> bool:
+        k = self.k
+        if any(isinstance(s, Sym) for s in k.sizes):
+            return True
+        total = math.prod(k.sizes)
+        if total >= 2**31:
+            return True
+        for b in k.buffers:
+            if any(isinstance(s, Sym) for s in b.strides):
+                return True
+            span = sum((size - 1) * abs(st) for size, st in zip(k.sizes, b.strides))
+            if span >= 2**31:
+                return True
+        return False
+
+    def _dims_expr(self, dims, flat: str, prefix: str, strides) -> str:
+        """Address contribution of ``dims`` (box dims decomposed from the flat index ``flat``)."""
+        sizes = [self.k.sizes[d] for d in dims]
+        st = [strides[d] for d in dims]
+        if all(s == 0 for s in st):
+            return ""
+        if len(dims) == 1:
+            return flat if st[0] == 1 else f"{flat} * {st[0]}"
+        # Contiguous over these dims (row-major, times a common factor): the flat index itself.
+        inner = st[-1]
+        if isinstance(inner, int) and inner != 0:
+            expect = [inner * math.prod(sizes[i + 1:]) if all(isinstance(x, int) for x in sizes) else None
+                      for i in range(len(sizes))]
+            if expect == st:
+                return flat if inner == 1 else f"{flat} * {inner}"
+        terms = []
+        for i, (d, s) in enumerate(zip(dims, st)):
+            if s == 0:
+                continue
+            var = f"{prefix}{d}"
+            terms.append(var if s == 1 else f"{var} * {s}")
+        return " + ".join(terms)
+
+    def _dim_vars(self, dims, flat: str, prefix: str, indent: str) -> None:
+        """Define ``{prefix}{d}`` for each box dim ``d`` in ``dims`` from ``flat``."""
+        sizes = [self.k.sizes[d] for d in dims]
+        for i, d in enumerate(dims):
+            below = product(sizes[i + 1:])
+            expr = flat if below == 1 else f"({flat} // {below})"
+            if i > 0:
+                expr = f"{expr} % {sizes[i]}"
+            self.lines.append(f"{indent}{prefix}{d} = {expr}")
+
+    def address(self, name: str, level: str) -> str:
+        """The offset of buffer ``name``'s element, a block of the level's shape (a pointer of a
+        smaller shape would not take the level's mask)."""
+        b = self.k.buffer(name)
+        outer = self._dims_expr(self.k.outer_dims, "xindex", "x", b.strides)
+        if not self.reduction or level == OUTER:
+            return outer or "tl.zeros([XBLOCK, 1], tl.int32)" if self.reduction else outer or "tl.zeros([XBLOCK], tl.int32)"
+        inner = self._dims_expr(self.k.reduce_dims, "rindex", "r", b.strides)
+        if outer and inner:
+            return f"{outer} + {inner}"
+        return f"{outer or inner or '0'} + tl.zeros([XBLOCK, RBLOCK], tl.int32)"
+
+    # -- values -------------------------------------------------------------------------------
+    def shape(self, level: str) -> str:
+        if not self.reduction:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if level == FULL else "[XBLOCK, 1]"
+
+    def mask(self, level: str) -> str:
+        if self.reduction and level == FULL:
+            return "xmask & rmask"
+        return "xmask"
+
+    def expr(self, i: int, op: Op) -> str:
+        a = [f"t{x}" if isinstance(x, int) and not isinstance(x, bool) else x for x in op.args]
+        k = op.kind
+        dt = tl_dtype(op.dtype)
+        if k == "load":
+            return f"tl.load({a[0]} + ({self.address(op.args[0], op.level)}), mask={self.mask(op.level)}, other=0).to({dt})"
+        if k == "const":
+            return f"tl.full({self.shape(op.level)}, {_literal(op.args[0], op.dtype)}, {dt})"
+        if k == "rand":
+            offset = "xindex" if not self.reduction else "xindex * rnumel + rindex"
+            return f"tl.rand(tl.load({a[0]}).to(tl.uint32), ({offset}).to(tl.uint32))"
+        if k == "cast":
+            if op.dtype == torch.bool:
+                return f"{a[0]} != 0"
+            return f"{a[0]}.to({dt})"
+        if k == "where":
+            return f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        x = a[0] if a else None
+        y = a[1] if len(a) > 1 else None
+        is_float = op.dtype.is_floating_point
+        simple = {
+            "neg": f"-{x}", "abs": f"tl.abs({x})", "exp": f"tl.exp({x})", "log": f"tl.log({x})",
+            "sqrt": f"tl.sqrt_rn({x})" if is_float else None,
+            "rsqrt": f"1.0 / tl.sqrt_rn({x})", "reciprocal": f"1.0 / {x}",
+            "sin": f"tl.sin({x})", "cos": f"tl.cos({x})", "erf": f"tl.erf({x})",
+            "sigmoid": f"1.0 / (1.0 + tl.exp(-{x}))",
+            "relu": f"tl.where({x} < 0, 0, {x})",
+            "floor": f"tl.floor({x})" if is_float else x, "ceil": f"tl.ceil({x})" if is_float else x,
+            "sign": f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, {x})).to({dt})",
+            "not": f"{x} == 0", "isnan": f"{x} != {x}",
+            "add": f"{x} + {y}", "sub": f"{x} - {y}", "mul": f"{x} * {y}", "truediv": f"{x} / {y}",
+            "eq": f"{x} == {y}", "ne": f"{x} != {y}", "lt": f"{x} < {y}", "le": f"{x} <= {y}",
+            "gt": f"{x} > {y}", "ge": f"{x} >= {y}", "and": f"{x} & {y}", "or": f"{x} | {y}",
+            "maximum": f"tl.where(({x} > {y}) | ({x} != {x}), {x}, {y})",
+            "minimum": f"tl.where(({x} < {y}) | ({x} != {x}), {x}, {y})",
+        }
+        if k in simple and simple[k] is not None:
+            return simple[k]
+        if k == "tanh":
+            # No tl.tanh under the interpreter: an odd series near 0 (where the exp form
+            # cancels), sign * (1 - e) / (1 + e) with e = exp(-2|x|) elsewhere.
+            return (f"tl.where(tl.abs({x}) < 0.0625, "
+                    f"{x} * (1.0 + {x} * {x} * (-0.3333333333333333 + {x} * {x} * (0.13333333333333333 "
+                    f"+ {x} * {x} * -0.05396825396825397))), "
+                    f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - tl.exp(-2.0 * tl.abs({x}))) "
+                    f"/ (1.0 + tl.exp(-2.0 * tl.abs({x}))))")
+        if k == "log1p":
+            return (f"tl.where(1.0 + {x} == 1.0, {x}, tl.where({x} == float(\"inf\"), {x}, "
+                    f"tl.log(1.0 + {x}) * ({x} / ((1.0 + {x}) - 1.0))))")
+        if k == "expm1":
+            return (f"tl.where(tl.exp({x}) == 1.0, {x}, tl.where(tl.exp({x}) - 1.0 == -1.0, -1.0, "
+                    f"tl.where(tl.exp({x}) == float(\"inf\"), tl.exp({x}), "
+                    f"(tl.exp({x}) - 1.0) * {x} / tl.log(tl.exp({x})))))")
+        raise NotImplementedError(f"Triton renderer: no rule for {k!r}")
+
+    # -- reductions -----------------------------------------------------------------------------
+    def reduce_persistent(self, i: int, op: Op, indent: str) -> None:
+        kind, src = op.args
+        s = f"t{src}"
+        src_dtype = self.k.ops[src].dtype
+        neutral = _neutral(kind, src_dtype)
+        masked = f"tl.where(xmask & rmask, {s}, {neutral})"
+        if kind == "sum":
+            self.lines.append(f"{indent}t{i} = tl.sum({masked}, 1)[:, None]")
+        elif kind in ("max", "min"):
+            self.helpers.add(kind)
+            self.lines.append(f"{indent}t{i} = tl.reduce({masked}, 1, _{kind}_combine)[:, None]")
+        else:
+            self.helpers.add(kind)
+            self.lines.append(f"{indent}_idx = tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32), {_BIG_INDEX})")
+            self.lines.append(f"{indent}_, _best = tl.reduce(({masked}, _idx), 1, _{kind}_combine)")
+            self.lines.append(f"{indent}t{i} = _best[:, None].to(tl.int64)")
+
+    def reduce_loop(self, i: int, op: Op, body: list[int], indent: str) -> None:
+        kind, src = op.args
+        src_dtype = self.k.ops[src].dtype
+        neutral = _neutral(kind, src_dtype)
+        acc = f"_acc{i}"
+        sdt = tl_dtype(src_dtype)
+        self.lines.append(f"{indent}{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {sdt})")
+        if kind in ("argmax", "argmin"):
+            self.lines.append(f"{indent}{acc}_i = tl.full([XBLOCK, RBLOCK], {_BIG_INDEX}, tl.int32)")
+        self.loop_header(indent)
+        inner = indent + "    "
+        self.emit_ops(body, inner)
+        masked = f"tl.where(xmask & rmask, t{src}, {neutral})"
+        if kind == "sum":
+            self.lines.append(f"{inner}{acc} = {acc} + {masked}")
+        elif kind in ("max", "min"):
+            self.helpers.add(kind)
+            self.lines.append(f"{inner}{acc} = _{kind}_combine({acc}, {masked})")
+        else:
+            self.helpers.add(kind)
+            idx = f"tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32), {_BIG_INDEX})"
+            self.lines.append(f"{inner}{acc}, {acc}_i = _{kind}_combine({acc}, {acc}_i, {masked}, {idx})")
+        if kind == "sum":
+            self.lines.append(f"{indent}t{i} = tl.sum({acc}, 1)[:, None]")
+        elif kind in ("max", "min"):
+            self.lines.append(f"{indent}t{i} = tl.reduce({acc}, 1, _{kind}_combine)[:, None]")
+        else:
+            self.lines.append(f"{indent}_, _best = tl.reduce(({acc}, {acc}_i), 1, _{kind}_combine)")
+            self.lines.append(f"{indent}t{i} = _best[:, None].to(tl.int64)")
+
+    def loop_header(self, indent: str) -> None:
+        self.lines.append(f"{indent}for roffset in range(0, rnumel, RBLOCK):")
+        inner = indent + "    "
+        self.lines.append(f"{inner}rindex = roffset + rbase")
+        self.lines.append(f"{inner}rmask = rindex < rnumel")
+        self.define_dims(self.k.reduce_dims, "rindex", "r", inner)
+
+    def define_dims(self, dims, flat, prefix, indent) -> None:
+        if len(dims) > 1 and self._dims_needed(dims):
+            self._dim_vars(dims, flat, prefix, indent)
+
+    def _dims_needed(self, dims) -> bool:
+        # Per-dim variables are needed unless every buffer is contiguous (or broadcast) over them.
+        for b in self.k.buffers:
+            e = self._dims_expr(dims, "F", "v", b.strides)
+            if e not in ("", "F") and not e.startswith("F * "):
+                return True
+        return False
+
+    # -- emission -----------------------------------------------------------------------------
+    def emit_op(self, i: int, indent: str) -> None:
+        op = self.k.ops[i]
+        if op.kind == "store":
+            name, src = op.args
+            b = self.k.buffer(name)
+            value = f"t{src}"
+            if op.dtype != b.dtype or self.k.ops[src].dtype != b.dtype:
+                value = f"t{src}.to({tl_dtype(b.dtype)})"
+            mask = self.mask(op.level)
+            self.lines.append(f"{indent}tl.store({name} + ({self.address(name, op.level)}), {value}, mask={mask})")
+            return
+        if op.kind == "reduce":
+            self.reduce_persistent(i, op, indent)
+            return
+        self.lines.append(f"{indent}t{i} = {self.expr(i, op)}")
+
+    def emit_ops(self, indices, indent: str) -> None:
+        for i in indices:
+            self.emit_op(i, indent)
+
+    def full_closure(self, roots: list[int]) -> list[int]:
+        """The FULL ops (in order) that ``roots`` need, stopping at OUTER values."""
+        need: set[int] = set()
+        stack = list(roots)
+        while stack:
+            i = stack.pop()
+            if i in need:
+                continue
+            op = self.k.ops[i]
+            if op.level != FULL or op.kind == "reduce":
+                continue
+            need.add(i)
+            if op.kind == "store":
+                stack.append(op.args[1])
+            elif op.kind not in ("load", "const", "rand"):
+                stack.extend(a for a in op.args if isinstance(a, int) and not isinstance(a, bool))
+        return sorted(need)
+
+    def body(self) -> None:
+        ind = "    "
+        k = self.k
+        if not self.reduction:
+            self.lines.append(f"{ind}xoffset = {self.pid()} * XBLOCK")
+            self.lines.append(f"{ind}xindex = xoffset + tl.arange(0, XBLOCK)")
+            self.lines.append(f"{ind}xmask = xindex < xnumel")
+            self.define_dims(k.outer_dims, "xindex", "x", ind)
+            self.emit_ops(range(len(k.ops)), ind)
+            return
+        self.lines.append(f"{ind}xoffset = {self.pid()} * XBLOCK")
+        self.lines.append(f"{ind}xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        self.lines.append(f"{ind}xmask = xindex < xnumel")
+        self.lines.append(f"{ind}rbase = tl.arange(0, RBLOCK)[None, :]")
+        self.define_dims(k.outer_dims, "xindex", "x", ind)
+        if self.persistent:
+            self.lines.append(f"{ind}rindex = rbase")
+            self.lines.append(f"{ind}rmask = rindex < rnumel")
+            self.define_dims(k.reduce_dims, "rindex", "r", ind)
+            self.emit_ops(range(len(k.ops)), ind)
+            return
+        done: set[int] = set()
+        for i, op in enumerate(k.ops):
+            if op.kind != "reduce":
+                continue
+            # OUTER values computed so far (they only depend on earlier reductions).
+            outer_ready = [j for j in range(i) if j not in done and k.ops[j].level == OUTER
+                           and k.ops[j].kind != "reduce"]
+            self.emit_ops(outer_ready, ind)
+            done.update(outer_ready)
+            self.reduce_loop(i, op, self.full_closure([op.args[1]]), ind)
+            done.add(i)
+        rest_outer = [j for j, op in enumerate(k.ops) if j not in done and op.level == OUTER]
+        self.emit_ops(rest_outer, ind)
+        full_stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
+        if full_stores:
+            self.loop_header(ind)
+            self.emit_ops(self.full_closure(full_stores), ind + "    ")
+
+    def pid(self) -> str:
+        return "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"
+
+    def source(self) -> str:
+        k = self.k
+        self.body()
+        params = [b.name for b in k.buffers] + ["xnumel"]
+        if self.reduction:
+            params.append("rnumel")
+        params += [s.name for s in self.symbols if s.name not in ("xnumel", "rnumel")]
+        params.append("XBLOCK: tl.constexpr")
+        if self.reduction:
+            params.append("RBLOCK: tl.constexpr")
+        head = ["import triton", "import triton.language as tl", ""]
+        for name in sorted(self.helpers):
+            head.append(_HELPERS[name].strip("\n"))
+            head.append("")
+        head.append("")
+        head.append("@_jit")
+        head.append(f"def {k.name}({', '.join(params)}):")
+        return "\n".join(head + self.lines) + "\n"

@@ -1,0 +1,249 @@
+"""Compiling, caching, tuning and launching rendered Triton kernels.
+
+* **Cache by source**: a rendered module is written once to ``<cache>/triton/<hash>.py`` and
+  loaded once per process (per device kind: ``triton.jit`` for CUDA tensors, Triton's
+  interpreter for CPU tensors). Triton keeps its compiled binaries in its own disk cache.
+* **Tuning**: on a GPU, the first launch of a kernel at given sizes times a few block/warp
+  configs and keeps the fastest, in memory and in ``<cache>/triton/<hash>.best.json``. Under
+  the interpreter the first config is used (timing it says nothing).
+* **Launch**: :class:`Launcher` allocates the outputs and calls the kernel; once its config is
+  known a call does no other Python work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+from .ir import Kernel, product
+from .triton_render import PERSISTENT_LIMIT, is_persistent, render
+
+#: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
+#: (rendering, loading, tuning).
+counters = {"kernels": 0, "kernel_seconds": 0.0}
+
+_modules: dict[str, Any] = {}
+_best: dict[tuple[str, tuple], dict] = {}
+_lock = threading.Lock()
+
+
+def reset_counters() -> None:
+    counters["kernels"] = 0
+    counters["kernel_seconds"] = 0.0
+
+
+def cache_dir() -> str:
+    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "framejit")
+    path = os.path.join(root, "triton")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:32]
+
+
+def interpreter_enabled() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1`` when triton was
+    imported: Triton's own library functions are built for one mode at import time)."""
+    import triton
+
+    return bool(triton.knobs.runtime.interpret)
+
+
+def check_device(device: torch.device) -> None:
+    """Raise a RuntimeError saying what to do when kernels cannot run on ``device``."""
+    if device.type == "cuda":
+        return
+    if not interpreter_enabled():
+        raise RuntimeError(
+            f"Triton kernels for {device.type} tensors run only in Triton's interpreter: set "
+            f"TRITON_INTERPRET=1 in the environment before Python starts (it is slow, for tests), "
+            f"or use backend='default', which runs {device.type} tensors with torch")
+
+
+def load_kernel(kernel: Kernel, source: str):
+    """The Triton function of ``source`` (cached by source)."""
+    fn = _modules.get(source)
+    if fn is not None:
+        return fn
+    import triton
+
+    with _lock:
+        fn = _modules.get(source)
+        if fn is not None:
+            return fn
+        digest = source_hash(source)
+        path = os.path.join(cache_dir(), f"k_{digest}.py")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"framejit_kernel_{digest}", path)
+        module = importlib.util.module_from_spec(spec)
+        module._jit = triton.jit
+        spec.loader.exec_module(module)
+        fn = getattr(module, kernel.name)
+        _modules[source] = fn
+        return fn
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def configs(kernel: Kernel, interpret: bool) -> list[dict]:
+    """Launch configs to try, best guess first."""
+    xnumel = product(kernel.outer_sizes)
+    xnumel = xnumel if isinstance(xnumel, int) else 1 << 20
+    if not kernel.is_reduction:
+        if interpret:
+            return [{"XBLOCK": min(_next_pow2(xnumel), 8192)}]
+        return [{"XBLOCK": b, "num_warps": w} for b, w in
+                ((1024, 4), (512, 4), (2048, 8), (256, 2)) if b <= max(256, _next_pow2(xnumel))]
+    rnumel = product(kernel.reduce_sizes)
+    if is_persistent(kernel):
+        rblock = _next_pow2(rnumel)
+        if interpret:
+            return [{"XBLOCK": max(1, min(_next_pow2(xnumel), 65536 // rblock)), "RBLOCK": rblock}]
+        out = []
+        for xblock in (1, 2, 4, 8, 16, 32):
+            if xblock * rblock > 8192 or xblock > _next_pow2(xnumel):
+                continue
+            elems = xblock * rblock
+            warps = 1 if elems <= 256 else 2 if elems <= 512 else 4 if elems <= 2048 else 8
+            out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
+            if elems >= 2048:
+                out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, warps * 2)})
+        return out
+    if interpret:
+        return [{"XBLOCK": 1, "RBLOCK": PERSISTENT_LIMIT}]
+    return [{"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4},
+            {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
+
+
+class Launcher:
+    """Runs one kernel: ``launcher(*inputs) -> output tensor or tuple of them``.
+
+    ``outputs``: (sizes, strides, dtype, device) of each output; ``seed_index``: position of the
+    random-seed argument among the kernel inputs (drawn per call from the device's generator,
+    so ``torch.manual_seed`` makes runs reproducible), or None.
+    """
+
+    def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
+                 seed_index: int | None) -> None:
+        t0 = time.perf_counter()
+        self.kernel = kernel
+        self.device = device
+        check_device(device)
+        self.interpret = interpreter_enabled()
+        self.source = render(kernel)
+        self.fn = load_kernel(kernel, self.source)
+        self.outputs = outputs
+        self.seed_index = seed_index
+        self.xnumel = int(product(kernel.outer_sizes))
+        self.rnumel = int(product(kernel.reduce_sizes)) if kernel.is_reduction else None
+        self.configs = configs(kernel, self.interpret)
+        self.config: dict | None = None
+        self.grid: tuple | None = None
+        self.digest = source_hash(self.source)
+        counters["kernels"] += 1
+        counters["kernel_seconds"] += time.perf_counter() - t0
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def _set_config(self, config: dict) -> None:
+        self.config = config
+        self.grid = (-(-self.xnumel // config["XBLOCK"]),)
+        self.scalars = (self.xnumel,) if self.rnumel is None else (self.xnumel, self.rnumel)
+
+    def _allocate(self) -> list[torch.Tensor]:
+        return [torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+                for size, stride, dtype in self.outputs]
+
+    def _args(self, inputs: tuple) -> list:
+        if self.seed_index is None:
+            return list(inputs)
+        args = list(inputs)
+        seed = torch.randint(2**31 - 1, (), dtype=torch.int64, device=self.device)
+        args.insert(self.seed_index, seed)
+        return args
+
+    def __call__(self, *inputs: torch.Tensor):
+        if self.config is None:
+            self._tune(inputs)
+        outs = self._allocate()
+        self.fn[self.grid](*self._args(inputs), *outs, *self.scalars, **self.config)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _tune(self, inputs: tuple) -> None:
+        t0 = time.perf_counter()
+        key = (self.digest, (self.xnumel, self.rnumel))
+        best = _best.get(key) or (None if self.interpret else _read_best(self.digest, key[1]))
+        if best is None:
+            if self.interpret or len(self.configs) == 1:
+                best = self.configs[0]
+            else:
+                best = self._benchmark(inputs)
+                _write_best(self.digest, key[1], best)
+        _best[key] = best
+        self._set_config(best)
+        counters["kernel_seconds"] += time.perf_counter() - t0
+
+    def _benchmark(self, inputs: tuple) -> dict:
+        from triton.testing import do_bench
+
+        args = self._args(inputs)
+        outs = self._allocate()
+        timings = []
+        for config in self.configs:
+            self._set_config(config)
+            try:
+                ms = do_bench(lambda: self.fn[self.grid](*args, *outs, *self.scalars, **config),
+                              warmup=5, rep=20)
+            except Exception:  # a config the device cannot run (out of resources)
+                continue
+            timings.append((ms, config))
+        if not timings:
+            raise RuntimeError(f"no launch config of kernel {self.name} runs on {self.device}")
+        return min(timings, key=lambda t: t[0])[1]
+
+
+def _best_path(digest: str) -> str:
+    return os.path.join(cache_dir(), f"k_{digest}.best.json")
+
+
+def _read_best(digest: str, sizes) -> dict | None:
+    try:
+        with open(_best_path(digest)) as f:
+            return json.load(f).get(repr(sizes))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_best(digest: str, sizes, config: dict) -> None:
+    path = _best_path(digest)
+    try:
+        try:
+            with open(path) as f:
+                table = json.load(f)
+        except (OSError, ValueError):
+            table = {}
+        table[repr(sizes)] = config
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(table, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs tuning again

@@ -1,0 +1,171 @@
+"""Fusion groups: which graph nodes run together as one kernel.
+
+:func:`partition` walks the graph in order and merges each fusible node into the group of a
+producer when the two agree on the iteration space:
+
+* pointwise nodes of the same shape form a chain (``F``);
+* a reduction over dims ``R`` of an ``F``-shaped value joins its pointwise prologue, and later
+  pointwise nodes of shape ``F`` (a broadcast epilogue, as in ``x - x.mean(-1, keepdim=True)``)
+  or of the reduced shape join it too; a second reduction over the same ``R`` (variance after
+  the mean) joins as well;
+
+and never when merging would create a cycle through a node outside both groups (networkx
+answers reachability over the graph's DAG). Nodes with side effects (in-place ops, random
+calls that stay in torch, ...) are barriers: a group never spans one, so moving a group's
+launch to its last node never reorders anything observable.
+
+What can be fused is not decided here: the caller passes ``classify(node)``, which returns
+``"pointwise"``, ``"reduction"`` or None, and ``reduce_dims(node)`` for reductions (the kernel
+layer knows both; passes do not import it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..fx_ir import Graph, Node
+
+
+@dataclass
+class FusionGroup:
+    """Nodes (in graph order) computed by one kernel over the box ``sizes``."""
+
+    nodes: list[Node]
+    sizes: tuple[int, ...]
+    reduce_dims: tuple[int, ...] = ()
+    epoch: int = 0
+    members: set = field(default_factory=set)
+
+    @property
+    def outer_shape(self) -> tuple[int, ...]:
+        return tuple(1 if d in self.reduce_dims else s for d, s in enumerate(self.sizes))
+
+    def accepts_shape(self, shape: tuple[int, ...]) -> bool:
+        return shape == self.sizes or (bool(self.reduce_dims) and shape == self.outer_shape)
+
+
+def _shape(node: Node) -> tuple[int, ...]:
+    return tuple(node.meta["val"].shape)
+
+
+def graph_dag(graph: Graph) -> nx.DiGraph:
+    """The def-use DAG of ``graph`` (an edge from each input node to its user)."""
+    dag = nx.DiGraph()
+    for node in graph.nodes:
+        dag.add_node(node)
+        for inp in node.all_input_nodes:
+            dag.add_edge(inp, node)
+    return dag
+
+
+def _is_barrier(node: Node, kind: str | None) -> bool:
+    if kind is not None or node.op not in ("call_function", "call_method", "call_module"):
+        return False
+    if node.is_impure():
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def partition(graph: Graph, classify: Callable[[Node], str | None],
+              reduce_dims: Callable[[Node], tuple[int, ...] | None]) -> list[FusionGroup]:
+    """The fusion groups of ``graph`` (each with at least one node), in graph order of their
+    last node."""
+    dag = graph_dag(graph)
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    group_of: dict[Node, FusionGroup] = {}
+    epoch = 0
+    for node in graph.nodes:
+        kind = classify(node)
+        if _is_barrier(node, kind):
+            epoch += 1
+            continue
+        if kind is None:
+            continue
+        shape = _shape(node)
+        if kind == "reduction":
+            dims = reduce_dims(node)
+            box = _shape(node.all_input_nodes[0])
+            group = FusionGroup([node], box, tuple(dims), epoch, {node})
+        else:
+            group = FusionGroup([node], shape, (), epoch, {node})
+        group_of[node] = group
+        producers = []
+        for inp in node.all_input_nodes:
+            g = group_of.get(inp)
+            if g is not None and g is not group and g not in producers:
+                producers.append(g)
+        # Try the largest producer group first: it has the most to share.
+        for other in sorted(producers, key=lambda g: -len(g.nodes)):
+            merged = _merge(other, group, dag, order)
+            if merged is not None:
+                for member in merged.nodes:
+                    group_of[member] = merged
+                group = merged
+    groups = {id(g): g for g in group_of.values()}.values()
+    return sorted(groups, key=lambda g: order[g.nodes[-1]])
+
+
+def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGroup | None:
+    if a.epoch != b.epoch:
+        return None
+    if a.reduce_dims and b.reduce_dims:
+        if a.sizes != b.sizes or a.reduce_dims != b.reduce_dims:
+            return None
+        sizes, dims = a.sizes, a.reduce_dims
+    elif a.reduce_dims or b.reduce_dims:
+        red, pw = (a, b) if a.reduce_dims else (b, a)
+        if not all(red.accepts_shape(_shape(n)) for n in pw.nodes):
+            return None
+        sizes, dims = red.sizes, red.reduce_dims
+    else:
+        if a.sizes != b.sizes:
+            return None
+        sizes, dims = a.sizes, ()
+    members = a.members | b.members
+    if _creates_cycle(members, dag, order):
+        return None
+    nodes = sorted(members, key=order.__getitem__)
+    return FusionGroup(nodes, sizes, dims, a.epoch, members)
+
+
+def _creates_cycle(members: set, dag: nx.DiGraph, order) -> bool:
+    """Whether a path leaves ``members`` and comes back (so one kernel could not compute them
+    all before their users). Only nodes between the group's first and last node can be on
+    such a path."""
+    lo = min(order[n] for n in members)
+    hi = max(order[n] for n in members)
+    window = [n for n in dag.nodes if lo < order[n] < hi and n not in members]
+    if not window:
+        return False
+    sub = dag.subgraph([*window, *members])
+    outside_reached = set()
+    for n in members:
+        for succ in sub.successors(n):
+            if succ not in members:
+                outside_reached.add(succ)
+    if not outside_reached:
+        return False
+    reach = set()
+    for n in outside_reached:
+        reach |= nx.descendants(sub, n) | {n}
+    return bool(reach & members)
+
+
+def check_acyclic(graph: Graph, groups: list[FusionGroup]) -> None:
+    """Raise AssertionError if contracting each group to one node leaves a cycle (for tests
+    and ``lint``)."""
+    dag = graph_dag(graph)
+    unit = {}
+    for i, g in enumerate(groups):
+        for n in g.nodes:
+            unit[n] = ("group", i)
+    quotient = nx.DiGraph()
+    for u, v in dag.edges:
+        a, b = unit.get(u, u), unit.get(v, v)
+        if a != b:
+            quotient.add_edge(a, b)
+    assert nx.is_directed_acyclic_graph(quotient), "fusion groups form a cycle"
