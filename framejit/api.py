@@ -9,6 +9,7 @@ import torch
 
 from . import _C
 from .capture import convert_frame as cf
+from . import compiler
 from .compiler import make_compiler
 from .config import make_options
 
@@ -129,8 +130,10 @@ def disable(fn=None):
 
 
 def reset() -> None:
-    """Forget every compiled version of every function (they recompile on their next call)."""
+    """Forget every compiled version of every function (they recompile on their next call)
+    and reset :func:`stats`."""
     cf.reset()
+    compiler.reset_stats()
 
 
 def stats() -> dict:
@@ -140,12 +143,14 @@ def stats() -> dict:
         f(x)
         framejit.stats()
         # {'frames': 1, 'graphs': 1, 'graph_breaks': 0, 'fallbacks': 0, 'recompiles': 0,
-        #  'ops': 3, 'capture_seconds': 0.004}
+        #  'ops': 3, 'capture_seconds': 0.004, 'kernels': 0, 'kernel_seconds': 0.0}
 
     ``frames``: frames offered to capture; ``graphs``: graphs compiled; ``graph_breaks``: frames
     split where something could not be captured; ``fallbacks``: frames that ran as plain Python;
     ``recompiles``: captures after a cached version's guards failed; ``ops``: operations in the
-    graphs; ``capture_seconds``: time spent capturing and compiling.
+    graphs; ``capture_seconds``: time spent capturing and compiling (kernels included);
+    ``kernels``: generated kernels compiled (Triton); ``kernel_seconds``: the part of
+    ``capture_seconds`` spent rendering, loading and tuning them.
     """
     s = cf.stats
     return {
@@ -156,4 +161,5 @@ def stats() -> dict:
         "recompiles": s.recompiles,
         "ops": s.ops,
         "capture_seconds": s.capture_seconds,
+        **compiler.stats(),
     }

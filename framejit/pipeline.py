@@ -61,15 +61,18 @@ def run_passes(graph: Graph, constants: dict | None, lint: bool = False) -> None
 
 
 def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterable[str],
-                         *, lint: bool = False) -> Callable[..., Any]:
-    """The compiled function of ``gm``: fusion groups on ``devices`` run as generated kernels."""
+                         *, lint: bool = False, launcher: type = Launcher) -> Callable[..., Any]:
+    """The compiled function of ``gm``: fusion groups on ``devices`` run as generated kernels.
+
+    ``launcher`` builds the callable of each kernel: the Triton :class:`Launcher`, or
+    ``kernels.reference.ReferenceLauncher`` to run the descriptions in torch (tests)."""
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
     run_passes(graph, constants, lint=lint)
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     launches = []
     for index, group in enumerate(groups):
-        launch = _lower(group, index)
+        launch = _lower(group, index, launcher)
         if launch is not None:
             launches.append(launch)
     new_graph = _rebuild(graph, launches)
@@ -93,7 +96,7 @@ def _kernel_name(group: fusion.FusionGroup, index: int) -> str:
     return f"fj_{kind}_{'_'.join(words[:4])}"
 
 
-def _lower(group: fusion.FusionGroup, index: int):
+def _lower(group: fusion.FusionGroup, index: int, make_launcher):
     try:
         lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, _kernel_name(group, index))
     except LoweringError:
@@ -103,8 +106,7 @@ def _lower(group: fusion.FusionGroup, index: int):
     outputs = [(tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()), n.meta["val"].dtype)
                for n in lowered.outputs]
     seed_index = lowered.inputs.index(None) if None in lowered.inputs else None
-    launcher = Launcher(kernel, outputs, device, seed_index)
-    return launcher, lowered, group
+    return make_launcher(kernel, outputs, device, seed_index), lowered, group
 
 
 def _rebuild(graph: Graph, launches: list) -> Graph:

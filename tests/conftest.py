@@ -8,6 +8,12 @@ import pytest
 # Every graph captured during the tests is checked with Graph.lint() before it is compiled.
 os.environ.setdefault("FRAMEJIT_LINT", "1")
 
+# Kernel tests run Triton kernels on CPU tensors in Triton's interpreter, which must be chosen
+# before triton is imported. On the GPU machine, FRAMEJIT_TEST_GPU=1 keeps real compilation
+# (`make test-gpu`); the interpreter tests then run on CUDA tensors compiled for real.
+if os.environ.get("FRAMEJIT_TEST_GPU") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 #: FRAMEJIT_TEST_BACKEND=fx runs every graph that would go to the native "default"/"eager"
 #: backend through the torch.fx export instead (framejit.testing.fx_export_backend): the graph is
 #: converted with to_torch_fx and torch.fx's generated code runs it. `make test` runs

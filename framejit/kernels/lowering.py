@@ -43,7 +43,8 @@ _LOGICAL = {aten.logical_and.default: "and", aten.logical_or.default: "or",
             aten.logical_not.default: "not"}
 _REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min",
                aten.argmax.default: "argmax", aten.argmin.default: "argmin"}
-_OTHERS = {aten.where.self, aten.clamp.default, aten.pow.Tensor_Scalar, aten.isnan.default,
+_WHERE = {aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar}
+_OTHERS = {*_WHERE, aten.clamp.default, aten.pow.Tensor_Scalar, aten.isnan.default,
            prims.convert_element_type.default, aten.clone.default, aten.rand_like.default}
 #: Exponents of pow that lower to exact products/square roots.
 _POW_EXPONENTS = {0, 1, 2, 3, 4, -1, -2, 0.5, -0.5}
@@ -121,7 +122,7 @@ def classify(node: Node) -> str | None:
         if node.kwargs or not all(isinstance(a, Node) or _scalar_ok(a) for a in node.args):
             return None
         return POINTWISE
-    if target is aten.where.self:
+    if target in _WHERE:
         if node.kwargs or not isinstance(node.args[0], Node) or node.args[0].meta["val"].dtype != torch.bool:
             return None
         return POINTWISE if all(isinstance(a, Node) or _scalar_ok(a) for a in node.args[1:]) else None
@@ -234,14 +235,16 @@ class _Lowering:
         return len(self.kernel.ops) - 1
 
     def level_of(self, node: Node) -> str:
+        """OUTER for a value constant along the reduced dims (reduction results, per-row
+        values), FULL otherwise; a shape smaller than the box broadcasts into it."""
         shape = tuple(node.meta["val"].shape)
-        if not self.reduce_dims or shape == self.sizes:
-            if shape != self.sizes:
-                raise LoweringError(f"{node.name} has shape {shape}, not the kernel's {self.sizes}")
-            return FULL
-        if shape == self.outer_shape:
+        contiguous = [0 if s == 1 else 1 for s in shape]
+        strides = box_strides(shape, contiguous, self.sizes)
+        if strides is None:
+            raise LoweringError(f"{node.name} of shape {shape} does not broadcast to {self.sizes}")
+        if self.reduce_dims and all(strides[d] == 0 for d in self.reduce_dims):
             return OUTER
-        raise LoweringError(f"{node.name} has shape {shape}, neither {self.sizes} nor {self.outer_shape}")
+        return FULL
 
     def cast(self, index: int, dtype: torch.dtype) -> int:
         op = self.kernel.ops[index]
@@ -319,7 +322,7 @@ class _Lowering:
         if target in _LOGICAL:
             ops = [self.operand(a, torch.bool, level) for a in args]
             return self.emit(_LOGICAL[target], ops, torch.bool, level)
-        if target is aten.where.self:
+        if target in _WHERE:
             cond = self.operand(args[0], torch.bool, level)
             a = self.operand(args[1], c, level)
             b = self.operand(args[2], c, level)

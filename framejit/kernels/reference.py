@@ -71,8 +71,15 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
         elif kind == "reduce":
             v = _reduce(args[0], values[args[1]], kernel.reduce_dims, sizes)
         elif kind == "store":
+            # A broadcast output (stride 0) is written once per element, not once per point.
             target = view(args[0], op.level)
-            target.copy_(values[args[1]].expand(target.shape))
+            value = values[args[1]].expand(target.shape)
+            strides = [int(s) for s in kernel.buffer(args[0]).strides]
+            for d, st in enumerate(strides):
+                if st == 0 and target.shape[d] > 1:
+                    target = target.narrow(d, 0, 1)
+                    value = value.narrow(d, 0, 1)
+            target.copy_(value)
             values.append(values[args[1]])
             continue
         else:
@@ -93,3 +100,29 @@ def _reduce(kind: str, x: torch.Tensor, dims: tuple[int, ...], sizes) -> torch.T
     if kind == "argmax":
         return torch.argmax(x, dim, keepdim=True)
     return torch.argmin(x, dim, keepdim=True)
+
+
+class ReferenceLauncher:
+    """Runs a kernel with :func:`run_reference` instead of a renderer's code; same calling
+    convention as the Triton launcher (``launcher(*inputs) -> output(s)``)."""
+
+    def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
+                 seed_index: int | None) -> None:
+        self.kernel = kernel
+        self.outputs = outputs
+        self.device = device
+        self.seed_index = seed_index
+        self.source = str(kernel)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __call__(self, *inputs: torch.Tensor):
+        args = list(inputs)
+        if self.seed_index is not None:
+            args.insert(self.seed_index, torch.randint(2**31 - 1, (), dtype=torch.int64))
+        like = [torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+                for size, stride, dtype in self.outputs]
+        outs = run_reference(self.kernel, args, like)
+        return outs[0] if len(outs) == 1 else tuple(outs)

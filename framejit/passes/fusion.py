@@ -3,13 +3,15 @@
 :func:`partition` walks the graph in order and merges each fusible node into the group of a
 producer when the two agree on the iteration space:
 
-* pointwise nodes of the same shape form a chain (``F``);
+* pointwise nodes form a chain over the biggest shape ``F`` among them; a smaller node whose
+  shape broadcasts to ``F`` (a bias, a per-row scale) is recomputed per point of ``F``;
 * a reduction over dims ``R`` of an ``F``-shaped value joins its pointwise prologue, and later
-  pointwise nodes of shape ``F`` (a broadcast epilogue, as in ``x - x.mean(-1, keepdim=True)``)
-  or of the reduced shape join it too; a second reduction over the same ``R`` (variance after
+  pointwise nodes whose shape broadcasts to ``F`` (a broadcast epilogue, as in
+  ``x - x.mean(-1, keepdim=True)``, or ops on the reduced values) join it too; a second reduction over the same ``R`` (variance after
   the mean) joins as well;
 
-and never when merging would create a cycle through a node outside both groups (networkx
+then groups that read the same value merge (horizontal fusion, one load for both), and never
+when merging would create a cycle through a node outside both groups (networkx
 answers reachability over the graph's DAG). Nodes with side effects (in-place ops, random
 calls that stay in torch, ...) are barriers: a group never spans one, so moving a group's
 launch to its last node never reorders anything observable.
@@ -44,7 +46,16 @@ class FusionGroup:
         return tuple(1 if d in self.reduce_dims else s for d, s in enumerate(self.sizes))
 
     def accepts_shape(self, shape: tuple[int, ...]) -> bool:
-        return shape == self.sizes or (bool(self.reduce_dims) and shape == self.outer_shape)
+        return broadcasts_to(shape, self.sizes)
+
+
+def broadcasts_to(shape: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
+    """Whether a value of ``shape`` broadcasts to ``sizes`` (torch's rules, right-aligned):
+    such a value is computed per point of the bigger box (recomputed where it repeats)."""
+    if len(shape) > len(sizes):
+        return False
+    off = len(sizes) - len(shape)
+    return all(s == 1 or s == sizes[off + i] for i, s in enumerate(shape))
 
 
 def _shape(node: Node) -> tuple[int, ...]:
@@ -105,6 +116,22 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
                 for member in merged.nodes:
                     group_of[member] = merged
                 group = merged
+    # Horizontal fusion: groups reading the same value (siblings) share its loads.
+    for node in graph.nodes:
+        readers: list[FusionGroup] = []
+        for user in node.users:
+            g = group_of.get(user)
+            if g is not None and g not in readers and node not in g.members:
+                readers.append(g)
+        while len(readers) > 1:
+            first = readers.pop(0)
+            for other in list(readers):
+                merged = _merge(first, other, dag, order)
+                if merged is not None:
+                    readers.remove(other)
+                    for member in merged.nodes:
+                        group_of[member] = merged
+                    first = merged
     groups = {id(g): g for g in group_of.values()}.values()
     return sorted(groups, key=lambda g: order[g.nodes[-1]])
 
@@ -121,10 +148,12 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGrou
         if not all(red.accepts_shape(_shape(n)) for n in pw.nodes):
             return None
         sizes, dims = red.sizes, red.reduce_dims
-    else:
-        if a.sizes != b.sizes:
-            return None
+    elif broadcasts_to(a.sizes, b.sizes):
+        sizes, dims = b.sizes, ()
+    elif broadcasts_to(b.sizes, a.sizes):
         sizes, dims = a.sizes, ()
+    else:
+        return None
     members = a.members | b.members
     if _creates_cycle(members, dag, order):
         return None

@@ -345,14 +345,16 @@ def test_stats_counts_since_reset():
 
     framejit.reset()
     assert framejit.stats() == {"frames": 0, "graphs": 0, "graph_breaks": 0, "fallbacks": 0,
-                                "recompiles": 0, "ops": 0, "capture_seconds": 0.0}
+                                "recompiles": 0, "ops": 0, "capture_seconds": 0.0,
+                                "kernels": 0, "kernel_seconds": 0.0}
     compiled = framejit.compile(f)
     compiled(torch.ones(2))
     compiled(torch.ones(3))  # new shape: both frames recompile
     s = framejit.stats()
     assert set(s) == {"frames", "graphs", "graph_breaks", "fallbacks", "recompiles", "ops",
-                      "capture_seconds"}
-    assert all(type(v) is int for k, v in s.items() if k != "capture_seconds")
+                      "capture_seconds", "kernels", "kernel_seconds"}
+    assert all(type(v) is int for k, v in s.items() if not k.endswith("_seconds"))
+    assert s["kernels"] == 0  # CPU tensors under backend="default": torch runs them
     assert s["graph_breaks"] == 2 and s["recompiles"] == 2 and s["fallbacks"] == 0
     assert s["graphs"] == 4 and s["ops"] == 4 and s["frames"] == 4
     assert s["capture_seconds"] > 0

@@ -1,0 +1,393 @@
+"""Kernels from graphs in the passes' vocabulary (aten overloads), on every layout and dtype:
+the Triton kernels (interpreter on CPU) and the description's reference interpreter, each
+compared with eager torch."""
+
+import pytest
+import torch
+
+from framejit.kernels import triton_render
+from framejit.testing import assert_close_to_eager
+
+from .conftest import run_kernels
+
+A = torch.ops.aten
+P = torch.ops.prims
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def check(fn, *args, kernels=None, upcast=False, reference=True):
+    """Run ``fn`` through Triton and through the reference interpreter; compare both with
+    eager (``upcast``: eager computes in fp32 and rounds once, as the kernels do)."""
+    if upcast:
+        dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point())
+        wide = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        expected = fn(*wide)
+        expected = tuple(e.to(dtype) if e.is_floating_point() else e for e in expected) \
+            if isinstance(expected, tuple) else expected.to(dtype)
+    else:
+        expected = fn(*args)
+    got, backend = run_kernels(fn, *args)
+    assert_close_to_eager(got, expected)
+    if kernels is not None:
+        assert len(backend.kernels) == kernels, [k.source for k in backend.kernels]
+    if reference:
+        ref, _ = run_kernels(fn, *args, reference=True)
+        assert_close_to_eager(ref, expected)
+    return backend
+
+
+# -- pointwise ------------------------------------------------------------------------------
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-4, -1e-4, 3.0, -7.5, 20.0, -20.0, 88.0, 1e-30,
+           float("inf"), float("-inf"), float("nan")]
+
+UNARY = {
+    "neg": A.neg.default, "abs": A.abs.default, "exp": A.exp.default, "log": A.log.default,
+    "log1p": A.log1p.default, "expm1": A.expm1.default, "sqrt": A.sqrt.default,
+    "rsqrt": A.rsqrt.default, "reciprocal": A.reciprocal.default, "sin": A.sin.default,
+    "cos": A.cos.default, "tanh": A.tanh.default, "sigmoid": A.sigmoid.default,
+    "erf": A.erf.default, "relu": A.relu.default, "floor": A.floor.default,
+    "ceil": A.ceil.default, "sign": A.sign.default,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_on_special_values(name, device):
+    op = UNARY[name]
+    x = torch.tensor(SPECIAL + [0.25 * i - 4 for i in range(32)], device=device)
+
+    def f(x):
+        return op(A.mul.Tensor(x, 1.0))
+
+    check(f, x, kernels=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_binary_ops_broadcast_and_scalars(dtype, device):
+    x = torch.randn(6, 1, 5, device=device).to(dtype)
+    y = torch.randn(4, 1, device=device).to(dtype)
+    z = torch.tensor(SPECIAL[:5], device=device).to(dtype)
+
+    def f(x, y, z):
+        a = A.add.Tensor(x, y)
+        b = A.sub.Tensor(a, 2.5)
+        c = A.mul.Tensor(b, z)
+        d = A.div.Tensor(c, A.add.Tensor(A.abs.default(y), 1.0))
+        e = A.maximum.default(d, z)
+        return A.minimum.default(e, A.neg.default(a))
+
+    check(f, x, y, z, kernels=1, upcast=True)
+
+
+def test_maximum_minimum_propagate_nan(device):
+    x = torch.tensor([1.0, float("nan"), 3.0, float("nan")], device=device)
+    y = torch.tensor([float("nan"), 2.0, 1.0, float("nan")], device=device)
+    check(lambda x, y: (A.maximum.default(x, y), A.minimum.default(x, y)), x, y, kernels=1)
+
+
+def test_comparisons_logical_where_clamp(device):
+    x = torch.tensor(SPECIAL, device=device)
+    i = torch.arange(16, device=device, dtype=torch.int32) - 8
+
+    def f(x, i):
+        lt = A.lt.Scalar(x, 0.5)
+        ge = A.ge.Tensor(x, A.mul.Tensor(i, 0.5))
+        both = A.logical_and.default(lt, A.logical_not.default(ge))
+        either = A.logical_or.default(both, A.eq.Scalar(i, 3))
+        picked = A.where.ScalarOther(either, x, -1.0)
+        return picked, A.clamp.default(x, -2.0, 5.0), A.isnan.default(x), either
+
+    check(f, x, i, kernels=1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, -1, -2, 0.5, -0.5])
+def test_pow_by_small_exponents(n, device):
+    x = torch.rand(33, device=device) * 3 + 0.1
+    check(lambda x: A.pow.Tensor_Scalar(A.add.Tensor(x, 0.0), n), x, kernels=1)
+
+
+def test_casts_between_dtypes(device):
+    x = torch.tensor([-2.7, -0.5, 0.0, 0.4, 1.5, 100.25, 3e4], device=device)
+
+    def f(x):
+        i = P.convert_element_type.default(x, torch.int32)
+        h = P.convert_element_type.default(x, torch.float16)
+        b = P.convert_element_type.default(x, torch.bool)
+        back = P.convert_element_type.default(A.add.Tensor(i, 1), torch.float64)
+        return i, h, b, back
+
+    check(f, x, kernels=1)
+
+
+def test_integer_arithmetic(device):
+    a = torch.randint(-1000, 1000, (7, 9), device=device)
+    b = torch.randint(1, 50, (9,), device=device, dtype=torch.int32)
+
+    def f(a, b):
+        c = A.add.Tensor(A.mul.Tensor(a, b), 3)
+        return A.sub.Tensor(c, A.abs.default(a)), A.div.Tensor(a, b)
+
+    check(f, a, b, kernels=1)
+
+
+# -- layouts ------------------------------------------------------------------------------------
+
+def _layouts(device, dtype):
+    base = torch.randn(12, 20, device=device).to(dtype)
+    return {
+        "contiguous": base,
+        "transposed": torch.randn(20, 12, device=device).to(dtype).t(),
+        "sliced_step": torch.randn(24, 40, device=device).to(dtype)[::2, 1::2],
+        "expanded": torch.randn(1, 20, device=device).to(dtype).expand(12, 20),
+        "channels_last_like": torch.randn(20, 12, device=device).to(dtype).t()[:, :],
+    }
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced_step", "expanded",
+                                    "channels_last_like"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pointwise_on_any_layout(layout, dtype, device):
+    x = _layouts(device, dtype)[layout]
+    y = torch.randn(20, device=device).to(dtype)
+
+    def f(x, y):
+        return A.mul.Tensor(A.sigmoid.default(A.add.Tensor(x, y)), x)
+
+    check(f, x, y, kernels=1, upcast=True)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced_step", "expanded"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_reductions_on_any_layout(layout, dim, device):
+    x = _layouts(device, torch.float32)[layout]
+
+    def f(x):
+        s = A.sum.dim_IntList(x, [dim], True)
+        return A.sub.Tensor(x, A.div.Tensor(s, x.shape[dim]))
+
+    check(f, x, kernels=1)
+
+
+# -- reductions -----------------------------------------------------------------------------
+
+REDUCE = {
+    "sum": lambda x, d: A.sum.dim_IntList(x, [d], True),
+    "amax": lambda x, d: A.amax.default(x, [d], True),
+    "amin": lambda x, d: A.amin.default(x, [d], True),
+    "argmax": lambda x, d: A.argmax.default(x, d, True),
+    "argmin": lambda x, d: A.argmin.default(x, d, True),
+}
+
+
+@pytest.fixture(params=["persistent", "looped"])
+def reduction_kind(request, monkeypatch):
+    if request.param == "looped":
+        # Rows longer than 16 loop in 16-wide chunks: the looped kernels at test sizes.
+        monkeypatch.setattr(triton_render, "PERSISTENT_LIMIT", 16)
+    return request.param
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_each_reduction_over_each_dim(name, dim, reduction_kind, device):
+    x = torch.randn(5, 37, 6, device=device)
+    x[1, 3, 2] = x[1, 5, 2] = 50.0  # ties: the first index wins
+    x[2, :, 4] = -3.0
+    op = REDUCE[name]
+    check(lambda x: op(A.mul.Tensor(x, 2.0), dim), x, kernels=1)
+
+
+@pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "sum"])
+def test_reductions_propagate_nan(name, reduction_kind, device):
+    x = torch.randn(4, 40, device=device)
+    x[1, 7] = float("nan")
+    x[2, 30] = x[2, 35] = float("nan")
+    x[3] = float("-inf")
+    check(lambda x: REDUCE[name](A.add.Tensor(x, 0.0), 1), x, kernels=1)
+
+
+def test_integer_reductions(reduction_kind, device):
+    x = torch.randint(-100, 100, (6, 45), device=device, dtype=torch.int32)
+
+    def f(x):
+        wide = P.convert_element_type.default(x, torch.int64)
+        return (A.sum.dim_IntList(wide, [1], True), A.amax.default(x, [1], True),
+                A.argmin.default(x, 1, True))
+
+    check(f, x, kernels=1)
+
+
+def test_multi_dim_and_full_reductions(reduction_kind, device):
+    x = torch.randn(3, 7, 11, device=device)
+
+    def f(x):
+        y = A.exp.default(x)
+        return A.sum.dim_IntList(y, [0, 2], True), A.sum.dim_IntList(A.neg.default(x), [0, 1, 2], True)
+
+    check(f, x, kernels=2)
+
+
+# -- fused patterns (in the passes' vocabulary) ---------------------------------------------------
+
+def softmax(x):
+    m = A.amax.default(x, [-1], True)
+    e = A.exp.default(A.sub.Tensor(x, m))
+    return A.div.Tensor(e, A.sum.dim_IntList(e, [-1], True))
+
+
+def log_softmax(x):
+    m = A.amax.default(x, [-1], True)
+    d = A.sub.Tensor(x, m)
+    return A.sub.Tensor(d, A.log.default(A.sum.dim_IntList(A.exp.default(d), [-1], True)))
+
+
+def layer_norm(x, w, b, eps=1e-5):
+    n = x.shape[-1]
+    mean = A.div.Tensor(A.sum.dim_IntList(x, [-1], True), n)
+    d = A.sub.Tensor(x, mean)
+    var = A.div.Tensor(A.sum.dim_IntList(A.mul.Tensor(d, d), [-1], True), n)
+    return A.add.Tensor(A.mul.Tensor(A.mul.Tensor(d, A.rsqrt.default(A.add.Tensor(var, eps))), w), b)
+
+
+def rms_norm(x, w, eps=1e-6):
+    ms = A.div.Tensor(A.sum.dim_IntList(A.mul.Tensor(x, x), [-1], True), x.shape[-1])
+    return A.mul.Tensor(A.mul.Tensor(x, A.rsqrt.default(A.add.Tensor(ms, eps))), w)
+
+
+def gelu_bias(x, b):
+    y = A.add.Tensor(x, b)
+    inner = A.mul.Tensor(A.add.Tensor(y, A.mul.Tensor(A.mul.Tensor(A.mul.Tensor(y, y), y), 0.044715)),
+                         0.7978845608028654)
+    return A.mul.Tensor(A.mul.Tensor(y, 0.5), A.add.Tensor(A.tanh.default(inner), 1.0))
+
+
+def gelu_exact(x):
+    return A.mul.Tensor(A.mul.Tensor(x, 0.5), A.add.Tensor(A.erf.default(A.mul.Tensor(x, 0.7071067811865476)), 1.0))
+
+
+def swiglu(a, b):
+    return A.mul.Tensor(A.mul.Tensor(a, A.sigmoid.default(a)), b)
+
+
+def residual_norm(x, r, w, b):
+    h = A.add.Tensor(x, r)
+    return h, layer_norm(h, w, b)
+
+
+def centered(x):
+    return A.sub.Tensor(x, A.div.Tensor(A.sum.dim_IntList(x, [-1], True), x.shape[-1]))
+
+
+def _upcast(fn):
+    """``fn`` computed in fp32 for half inputs (as the passes' decompositions do)."""
+    def wrapped(*args):
+        dtype = args[0].dtype
+        wide = [P.convert_element_type.default(a, torch.float32) if a.dtype != torch.float32 else a
+                for a in args]
+        out = fn(*wide)
+        if dtype == torch.float32:
+            return out
+        if isinstance(out, tuple):
+            return tuple(P.convert_element_type.default(o, dtype) for o in out)
+        return P.convert_element_type.default(out, dtype)
+    return wrapped
+
+
+PATTERNS = {
+    "softmax": (softmax, lambda d, dev: [torch.randn(6, 50, device=dev).to(d) * 4]),
+    "log_softmax": (log_softmax, lambda d, dev: [torch.randn(6, 50, device=dev).to(d) * 4]),
+    "layer_norm": (layer_norm, lambda d, dev: [torch.randn(2, 5, 48, device=dev).to(d) + 3,
+                                                 torch.randn(48, device=dev).to(d),
+                                                 torch.randn(48, device=dev).to(d)]),
+    "rms_norm": (rms_norm, lambda d, dev: [torch.randn(7, 40, device=dev).to(d),
+                                             torch.randn(40, device=dev).to(d)]),
+    "gelu_bias": (gelu_bias, lambda d, dev: [torch.randn(9, 33, device=dev).to(d) * 3,
+                                               torch.randn(33, device=dev).to(d)]),
+    "gelu_exact": (gelu_exact, lambda d, dev: [torch.randn(9, 33, device=dev).to(d) * 3]),
+    "swiglu": (swiglu, lambda d, dev: [torch.randn(9, 33, device=dev).to(d) * 3,
+                                         torch.randn(9, 33, device=dev).to(d)]),
+    "residual_norm": (residual_norm, lambda d, dev: [torch.randn(4, 64, device=dev).to(d),
+                                                       torch.randn(4, 64, device=dev).to(d),
+                                                       torch.randn(64, device=dev).to(d),
+                                                       torch.randn(64, device=dev).to(d)]),
+    "centered": (centered, lambda d, dev: [torch.randn(8, 30, device=dev).to(d) + 10]),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_fused_patterns_are_one_kernel(name, dtype, reduction_kind, device):
+    fn, make = PATTERNS[name]
+    args = make(dtype, device)
+    check(_upcast(fn), *args, kernels=1, upcast=True)
+
+
+def test_transposed_softmax_input(device):
+    x = torch.randn(40, 6, device=device).t()
+    check(softmax, x, kernels=1)
+
+
+# -- random ---------------------------------------------------------------------------------
+
+def dropout_add(x, r, p=0.3):
+    keep = A.ge.Scalar(A.rand_like.default(x, dtype=torch.float32), p)
+    return A.add.Tensor(A.where.ScalarOther(keep, A.mul.Tensor(x, 1 / (1 - p)), 0.0), r)
+
+
+def test_dropout_add_is_one_kernel_reproducible_and_scaled(device):
+    x = torch.randn(64, 64, device=device) + 5
+    r = torch.randn(64, 64, device=device)
+    torch.manual_seed(1)
+    a, backend = run_kernels(dropout_add, x, r)
+    assert len(backend.kernels) == 1
+    torch.manual_seed(1)
+    b, _ = run_kernels(dropout_add, x, r)
+    assert torch.equal(a, b), "torch.manual_seed makes dropout reproducible"
+    c, _ = run_kernels(dropout_add, x, r)
+    assert not torch.equal(a, c), "each call draws a new seed"
+    kept = (a - r) != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.05
+    torch.testing.assert_close((a - r)[kept], (x / 0.7)[kept])
+
+
+# -- what stays in torch ------------------------------------------------------------------------
+
+def test_unsupported_ops_stay_in_torch_and_split_groups(device):
+    x = torch.randn(8, 16, device=device)
+    w = torch.randn(16, 16, device=device)
+
+    def f(x, w):
+        a = A.relu.default(A.add.Tensor(x, 1.0))
+        m = A.mm.default(a, w)                      # a library op: cuBLAS / MKL
+        return A.mul.Tensor(A.sigmoid.default(m), 2.0)
+
+    check(f, x, w, kernels=2)
+
+
+def test_requires_grad_stays_eager_and_differentiable(device):
+    x = torch.randn(5, 7, device=device, requires_grad=True)
+
+    def f(x):
+        return A.mul.Tensor(A.exp.default(x), 2.0)
+
+    got, backend = run_kernels(f, x)
+    assert backend.kernels == []
+    got.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * torch.exp(x.detach()))
+
+
+def test_reference_interpreter_matches_triton_exactly_on_exact_ops(device):
+    x = torch.randint(-50, 50, (10, 24), device=device)
+    f = lambda x: A.amax.default(A.add.Tensor(A.mul.Tensor(x, 3), 1), [1], True)  # noqa: E731
+    a, _ = run_kernels(f, x)
+    b, _ = run_kernels(f, x, reference=True)
+    assert torch.equal(a, b) and torch.equal(a, f(x))
+
+
+def test_kernel_description_prints_readably(device):
+    _, backend = run_kernels(softmax, torch.randn(4, 10, device=device))
+    (k,) = backend.kernels
+    text = str(k.kernel)
+    assert "reduce [1]" in text and "reduce max %0" in text and "store out0" in text
+    assert "@_jit" in k.source and "tl.load" in k.source
