@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from .ir import Kernel, product
-from .triton_render import PERSISTENT_LIMIT, is_persistent, render
+from . import triton_render
+from .triton_render import is_persistent, render
 
 #: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
 #: (rendering, loading, tuning).
@@ -126,7 +127,7 @@ def configs(kernel: Kernel, interpret: bool) -> list[dict]:
                 out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, warps * 2)})
         return out
     if interpret:
-        return [{"XBLOCK": 1, "RBLOCK": PERSISTENT_LIMIT}]
+        return [{"XBLOCK": 1, "RBLOCK": _next_pow2(triton_render.PERSISTENT_LIMIT)}]
     return [{"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4},
             {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
 

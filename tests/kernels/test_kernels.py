@@ -195,7 +195,9 @@ def test_each_reduction_over_each_dim(name, dim, reduction_kind, device):
     x[1, 3, 2] = x[1, 5, 2] = 50.0  # ties: the first index wins
     x[2, :, 4] = -3.0
     op = REDUCE[name]
-    check(lambda x: op(A.mul.Tensor(x, 2.0), dim), x, kernels=1)
+    backend = check(lambda x: op(A.mul.Tensor(x, 2.0), dim), x, kernels=1)
+    looped = "for roffset in range(0, rnumel, RBLOCK)" in backend.kernels[0].source
+    assert looped == (reduction_kind == "looped" and x.shape[dim] > 16)
 
 
 @pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "sum"])
