@@ -21,6 +21,7 @@ from typing import Any
 import networkx as nx
 import torch
 
+from . import _C
 from .fx_ir import Graph, GraphModule, Node
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
@@ -71,8 +72,9 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     run_passes(graph, constants, lint=lint)
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     launches = []
+    names: set[str] = set()
     for index, group in enumerate(groups):
-        launch = _lower(group, index, launcher)
+        launch = _lower(group, _unique(_kernel_name(group), names), launcher)
         if launch is not None:
             launches.append(launch)
     new_graph = _rebuild(graph, launches)
@@ -86,7 +88,16 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     return fn
 
 
-def _kernel_name(group: fusion.FusionGroup, index: int) -> str:
+def _unique(name: str, taken: set[str]) -> str:
+    n, candidate = 1, name
+    while candidate in taken:
+        candidate = f"{name}_{n}"
+        n += 1
+    taken.add(candidate)
+    return candidate
+
+
+def _kernel_name(group: fusion.FusionGroup) -> str:
     kind = "red" if group.reduce_dims else "poi"
     words = []
     for node in group.nodes:
@@ -96,9 +107,9 @@ def _kernel_name(group: fusion.FusionGroup, index: int) -> str:
     return f"fj_{kind}_{'_'.join(words[:4])}"
 
 
-def _lower(group: fusion.FusionGroup, index: int, make_launcher):
+def _lower(group: fusion.FusionGroup, name: str, make_launcher):
     try:
-        lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, _kernel_name(group, index))
+        lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, name)
     except LoweringError:
         return None
     kernel = coalesce(lowered.kernel)
@@ -106,7 +117,25 @@ def _lower(group: fusion.FusionGroup, index: int, make_launcher):
     outputs = [(tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()), n.meta["val"].dtype)
                for n in lowered.outputs]
     seed_index = lowered.inputs.index(None) if None in lowered.inputs else None
-    return make_launcher(kernel, outputs, device, seed_index), lowered, group
+    launch = make_launcher(kernel, outputs, device, seed_index)
+    launch.fallback = _group_as_torch(group, lowered)
+    return launch, lowered, group
+
+
+def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
+    """The group's own torch ops as a function of the kernel's inputs: what runs if the kernel
+    cannot be compiled on this device."""
+    sub = Graph()
+    env: dict[Node, Node] = {}
+    for node in lowered.inputs:
+        if node is not None:
+            env[node] = sub.placeholder(node.name)
+            env[node].meta = dict(node.meta)
+    for node in group.nodes:
+        env[node] = sub.node_copy(node, env.__getitem__)
+    outs = [env[n] for n in lowered.outputs]
+    sub.output(outs[0] if len(outs) == 1 else tuple(outs))
+    return GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
 
 
 def _rebuild(graph: Graph, launches: list) -> Graph:
@@ -137,7 +166,9 @@ def _rebuild(graph: Graph, launches: list) -> Graph:
             continue
         launcher, lowered, group = launches[u[1]]
         args = tuple(env[n] for n in lowered.inputs if n is not None)
-        call = new.call_function(launcher, args, name=launcher.name)
+        # The launch runs with capture off: Triton's Python (and the interpreter's) is never
+        # offered to the frame hook.
+        call = new.call_function(_C.CompiledFunction(launcher, None), args, name=launcher.name)
         if len(lowered.outputs) == 1:
             (out,) = lowered.outputs
             call.meta = dict(out.meta)

@@ -8,6 +8,8 @@ With ``FRAMEJIT_DUMP=<dir>`` (or ``options={"dump_dir": ...}``) every capture wr
 * ``entry.py``: the rewritten code as readable Python (the entry function the trampoline calls);
 * ``graph.txt`` (one line per node, with shapes) and ``graph.py`` (the runnable generated code);
 * ``guards.py``: the guard function checked before each call;
+* with a kernel backend: ``wrapper.py`` (the graph as run: torch calls and kernel launches) and
+  per generated kernel ``kernels/<name>.txt`` (its description) and ``kernels/<name>.py``;
 and ``<dir>/<function>/reasons.log`` gathers why each recompile and fallback happened.
 """
 
@@ -48,8 +50,16 @@ def dump_entry(dump_dir: str, code, info, label: str) -> str:
     if info.graph_module is not None:
         files["graph.txt"] = str(info.graph_module.graph) + "\n"
         files["graph.py"] = info.graph_module.code
+    wrapper = getattr(info.compiled, "framejit_graph", None)
+    if wrapper is not None:
+        files["wrapper.py"] = wrapper.python_code("forward", self_arg=False).src
+    for kernel in getattr(info.compiled, "framejit_kernels", ()):
+        files[f"kernels/{kernel.name}.txt"] = str(kernel.kernel) + "\n"
+        files[f"kernels/{kernel.name}.py"] = kernel.source
     for name, text in files.items():
-        with open(os.path.join(folder, name), "w") as f:
+        path = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             f.write(text)
     return folder
 

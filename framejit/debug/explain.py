@@ -1,7 +1,7 @@
 """``framejit.explain(fn)(*args)``: what framejit does with a function, as a report object.
 
     report = framejit.explain(model)(x)
-    print(report)            # graphs, ops, guards, fallbacks with reasons, capture time
+    print(report)            # graphs, kernels, ops, guards, fallbacks with reasons, capture time
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ class ExplainReport:
     fallback_reasons: list = field(default_factory=list)  # (function, message)
     guards: list = field(default_factory=list)            # guard function source per cache entry
     capture_seconds: float = 0.0
+    #: Generated kernels per graph: lists of KernelInfo (name, description, source).
+    kernels: list = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"{self.graph_count} graph(s), {sum(self.ops_per_graph)} operation(s), "
@@ -27,8 +29,11 @@ class ExplainReport:
                  f"{self.fallback_count} fallback(s) to plain Python, "
                  f"captured in {self.capture_seconds * 1e3:.1f} ms"]
         for i, g in enumerate(self.graphs):
-            lines.append(f"\n--- graph {i} ({self.ops_per_graph[i]} ops) ---")
+            kernels = self.kernels[i] if i < len(self.kernels) else []
+            lines.append(f"\n--- graph {i} ({self.ops_per_graph[i]} ops, {len(kernels)} kernel(s)) ---")
             lines.append(str(g))
+            for k in kernels:
+                lines.append(f"\n--- graph {i}: kernel {k.name} ---\n{k.description}\n\n{k.source}")
         for where, message in self.break_reasons:
             lines.append(f"\n--- graph break in {where} ---\n{message}")
         for where, message in self.fallback_reasons:
@@ -36,13 +41,29 @@ class ExplainReport:
         return "\n".join(lines)
 
 
-def explain(fn_or_module):
-    """Compile ``fn_or_module`` afresh, run it once on the given arguments, and report."""
+@dataclass
+class KernelInfo:
+    """One generated kernel: its name, its kernel description and its source."""
+
+    name: str
+    description: str
+    source: str
+
+
+def kernels_of(compiled) -> list[KernelInfo]:
+    """The generated kernels of a compiled graph (none for the eager and user backends)."""
+    return [KernelInfo(k.name, str(k.kernel), k.source)
+            for k in getattr(compiled, "framejit_kernels", ())]
+
+
+def explain(fn_or_module, backend="default"):
+    """Compile ``fn_or_module`` afresh with ``backend``, run it once on the given arguments,
+    and report: graphs, generated kernels with their source, guards, breaks, fallbacks."""
     from ..api import compile
     from ..capture import convert_frame as cf
 
     def run(*args, **kwargs) -> ExplainReport:
-        compiled = compile(fn_or_module, backend="eager")
+        compiled = compile(fn_or_module, backend=backend)
         before = cf.stats
         n_fallbacks = len(before.fallback_reasons)
         n_breaks = len(before.break_reasons)
@@ -66,6 +87,7 @@ def explain(fn_or_module):
                 if info.graph_module is not None:
                     graph = info.graph_module.graph
                     report.graphs.append(graph)
+                    report.kernels.append(kernels_of(info.compiled))
                     report.ops_per_graph.append(sum(1 for n in graph.nodes if n.op.startswith("call")))
         report.graph_count = len(report.graphs)
         return report

@@ -219,7 +219,7 @@ class _Renderer:
             "sigmoid": f"1.0 / (1.0 + tl.exp(-{x}))",
             "relu": f"tl.where({x} < 0, 0, {x})",
             "floor": f"tl.floor({x})" if is_float else x, "ceil": f"tl.ceil({x})" if is_float else x,
-            "sign": f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, {x})).to({dt})",
+            "sign": f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({dt})",  # NaN, -0.0 -> 0
             "not": f"{x} == 0", "isnan": f"{x} != {x}",
             "add": f"{x} + {y}", "sub": f"{x} - {y}", "mul": f"{x} * {y}", "truediv": f"{x} / {y}",
             "eq": f"{x} == {y}", "ne": f"{x} != {y}", "lt": f"{x} < {y}", "le": f"{x} <= {y}",
@@ -243,7 +243,7 @@ class _Renderer:
         if k == "expm1":
             return (f"tl.where(tl.exp({x}) == 1.0, {x}, tl.where(tl.exp({x}) - 1.0 == -1.0, -1.0, "
                     f"tl.where(tl.exp({x}) == float(\"inf\"), tl.exp({x}), "
-                    f"(tl.exp({x}) - 1.0) * {x} / tl.log(tl.exp({x})))))")
+                    f"(tl.exp({x}) - 1.0) * ({x} / tl.log(tl.exp({x}))))))")
         raise NotImplementedError(f"Triton renderer: no rule for {k!r}")
 
     # -- reductions -----------------------------------------------------------------------------

@@ -181,11 +181,37 @@ class Launcher:
         args.insert(self.seed_index, seed)
         return args
 
+    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot compile.
+    fallback = None
+    _use_fallback = False
+
     def __call__(self, *inputs: torch.Tensor):
         if self.config is None:
-            self._tune(inputs)
+            return self._first_call(inputs)
         outs = self._allocate()
         self.fn[self.grid](*self._args(inputs), *outs, *self.scalars, **self.config)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _first_call(self, inputs: tuple):
+        # Triton compiles at the first launch: a kernel this device cannot build runs as the
+        # group's torch ops from then on, with a warning (never a wrong answer, never a crash).
+        if self._use_fallback:
+            return self.fallback(*inputs)
+        try:
+            self._tune(inputs)
+            outs = self._allocate()
+            self.fn[self.grid](*self._args(inputs), *outs, *self.scalars, **self.config)
+        except Exception as e:
+            if self.fallback is None:
+                raise
+            import warnings
+
+            warnings.warn(f"framejit: kernel {self.name} failed to compile or launch on "
+                          f"{self.device} ({type(e).__name__}: {e}); its operations run as torch "
+                          f"ops instead", stacklevel=2)
+            self.config = None
+            self._use_fallback = True
+            return self.fallback(*inputs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _tune(self, inputs: tuple) -> None:

@@ -5,6 +5,8 @@ compared with eager torch."""
 import pytest
 import torch
 
+import framejit
+
 from framejit.kernels import triton_render
 from framejit.testing import assert_close_to_eager
 
@@ -389,7 +391,25 @@ def test_reference_interpreter_matches_triton_exactly_on_exact_ops(device):
 
 def test_kernel_description_prints_readably(device):
     _, backend = run_kernels(softmax, torch.randn(4, 10, device=device))
+    # Launches run with capture off: Triton's own Python is never offered to the hook.
+    assert framejit.stats()["frames"] == 1 and framejit.stats()["kernels"] == 1
     (k,) = backend.kernels
     text = str(k.kernel)
     assert "reduce [1]" in text and "reduce max %0" in text and "store out0" in text
     assert "@_jit" in k.source and "tl.load" in k.source
+
+
+def test_a_kernel_that_cannot_compile_runs_as_torch_ops(device, monkeypatch):
+    from framejit.kernels import triton_runtime
+
+    def broken(self, inputs):
+        raise RuntimeError("out of resources")
+
+    monkeypatch.setattr(triton_runtime.Launcher, "_tune", broken)
+    x = torch.randn(6, 10, device=device)
+    with pytest.warns(UserWarning, match="runs as torch ops|run as torch ops"):
+        got, backend = run_kernels(softmax, x)
+    assert len(backend.kernels) == 1
+    assert_close_to_eager(got, softmax(x))
+    again = backend.compiled[0](x)
+    assert_close_to_eager(again, (softmax(x),))
