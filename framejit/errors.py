@@ -86,3 +86,16 @@ class BackendError(FramejitError):
 
 class InternalError(FramejitError):
     """A bug in framejit itself. The frame ran as plain Python; please report it with the dump."""
+
+
+class TorchCompileFallbackWarning(UserWarning):
+    """``torch.compile(..., backend="framejit")`` ran a graph as PyTorch code instead of
+    compiling it with framejit.
+
+    Cause: the message says why: the graph uses something framejit cannot convert yet (dynamic
+    shapes, an autocast region, a tensor subclass, ...), an option is wrong, or framejit's
+    backend failed on it. Results stay correct; only that graph is not optimized by framejit.
+    Fix: for dynamic shapes, compile with ``dynamic=False``; for an option, use
+    ``options={"backend": "default" | "eager" | "triton"}``; otherwise please report the graph.
+    Each distinct reason is reported once per process.
+    """

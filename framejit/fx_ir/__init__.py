@@ -1,4 +1,5 @@
-"""framejit's graph IR: nodes, graphs, generated Python, meta propagation, torch.fx export.
+"""framejit's graph IR: nodes, graphs, generated Python, meta propagation, torch.fx export and
+import.
 
 Example::
 
@@ -14,6 +15,7 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
+from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
@@ -30,10 +32,12 @@ __all__ = [
     "MetaPropagationError",
     "Node",
     "PythonCode",
+    "UnsupportedGraphError",
     "describe",
     "map_aggregate",
     "map_arg",
     "propagate_meta",
     "to_meta",
+    "from_torch_fx",
     "to_torch_fx",
 ]

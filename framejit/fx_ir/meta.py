@@ -130,12 +130,44 @@ def _run_module_on_meta(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
     return torch.func.functional_call(module, state, tuple(args), dict(kwargs))
 
 
+# Tensor methods that move a tensor to another device; on meta they keep it on meta.
+_DEVICE_MOVES = frozenset({"to", "cuda", "cpu"})
+
+
+def _call_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Run one call node on meta values. Device arguments are redirected to meta: a factory
+    (``torch.ones(3, device=d)``) allocates nothing and a device move (``x.to("cuda")``,
+    ``x.cpu()``) stays on meta, where the real device cannot be reached. A tensor that still
+    comes out on a real device (``torch.ones(3)`` with the default device) is converted."""
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": "meta"}
+    if op == "call_function":
+        value = target(*args, **kwargs)
+    else:
+        obj, *rest = args
+        if target in _DEVICE_MOVES and isinstance(obj, torch.Tensor):
+            if target == "to":
+                rest = ["meta" if isinstance(a, (str, torch.device)) else a for a in rest]
+            else:  # .cuda(device=None, non_blocking=False, memory_format=...) and .cpu(...)
+                target, rest = "to", ["meta"]
+                kwargs = {k: v for k, v in kwargs.items() if k == "memory_format"}
+        value = getattr(obj, target)(*rest, **kwargs)
+    return map_aggregate(
+        value,
+        lambda x: _tensor_to_meta(x)
+        if isinstance(x, torch.Tensor) and x.device.type != "meta"
+        else x,
+    )
+
+
 def propagate_meta(gm_or_graph: Any, *example_inputs: Any) -> Any:
     """Run every node on meta tensors and store its result in ``node.meta["val"]``.
 
     ``gm_or_graph`` is a GraphModule (get_attr and call_module targets are resolved on it) or a
     bare Graph (then each get_attr node must already have ``meta["val"]``). Real tensors among
-    the inputs and constants are converted with :func:`to_meta`. Returns the output's meta value.
+    the inputs and constants are converted with :func:`to_meta`; device arguments of calls are
+    redirected to meta (the real devices are for the caller to record, e.g. in
+    ``meta["device"]``). Returns the output's meta value.
     """
     graph = getattr(gm_or_graph, "graph", gm_or_graph)
     root = getattr(gm_or_graph, "root", None) if graph is not gm_or_graph else None
@@ -180,11 +212,8 @@ def propagate_meta(gm_or_graph: Any, *example_inputs: Any) -> Any:
                     value = node.meta["val"]
                 else:
                     value = to_meta(resolve_qualname(root, node.target))
-            elif op == "call_function":
-                value = node.target(*load(node.args), **load(node.kwargs))
-            elif op == "call_method":
-                obj, *rest = load(node.args)
-                value = getattr(obj, node.target)(*rest, **load(node.kwargs))
+            elif op in ("call_function", "call_method"):
+                value = _call_on_meta(op, node.target, load(node.args), load(node.kwargs))
             elif op == "call_module":
                 if root is None:
                     raise TypeError("a bare Graph has no module to call; pass the GraphModule")

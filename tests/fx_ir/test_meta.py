@@ -107,6 +107,20 @@ def test_propagate_meta_call_module_and_defaults():
     assert describe(g.output_node.meta["val"]) == "f64[7, 2]"
 
 
+def test_propagate_meta_keeps_factories_and_device_moves_on_meta():
+    g = Graph()
+    x = g.placeholder("x")
+    ones = g.call_function(torch.ones, (2, 3), {"device": torch.device("cpu")})
+    arange = g.call_function(torch.arange, (3,))  # default device: converted afterwards
+    moved = g.call_method("to", (x, "cuda", torch.float16))
+    back = g.call_method("cpu", (moved,))
+    g.output((ones, arange, moved, back))
+    propagate_meta(GraphModule({}, g), torch.randn(2, 3))
+    for node, text in ((ones, "f32[2, 3]"), (arange, "i64[3]"), (moved, "f16[2, 3]"),
+                       (back, "f16[2, 3]")):
+        assert node.meta["val"].device.type == "meta" and describe(node.meta["val"]) == text
+
+
 def test_propagate_meta_on_bare_graph():
     g = Graph()
     x = g.placeholder("x")
