@@ -185,22 +185,44 @@ class Launcher:
     fallback = None
     _use_fallback = False
 
+    _fast = None
+
     def __call__(self, *inputs: torch.Tensor):
-        if self.config is None:
+        if self._fast is None:
             return self._first_call(inputs)
-        outs = self._allocate()
-        self.fn[self.grid](*self._args(inputs), *outs, *self.scalars, **self.config)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return self._fast(*inputs)
+
+    def _build_fast(self) -> None:
+        """A launch function specialised to the chosen config: allocate the outputs, (draw the
+        seed), launch, return. No other Python work per call."""
+        n_in = len(self.kernel.inputs) - (self.seed_index is not None)
+        params = [f"a{i}" for i in range(n_in)]
+        namespace: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": self.device,
+                                     "_run": self.fn[self.grid], "_randint": torch.randint,
+                                     "_i64": torch.int64}
+        lines = [f"def launch_{self.name}({', '.join(params)}):"]
+        outs = []
+        for k, (size, stride, dtype) in enumerate(self.outputs):
+            namespace[f"_dt{k}"] = dtype
+            lines.append(f"    o{k} = _empty({tuple(size)!r}, {tuple(stride)!r}, dtype=_dt{k}, device=_dev)")
+            outs.append(f"o{k}")
+        args = list(params)
+        if self.seed_index is not None:
+            args.insert(self.seed_index, "_randint(2147483647, (), dtype=_i64, device=_dev)")
+        args += outs + [repr(v) for v in self.scalars]
+        args += [f"{key}={value!r}" for key, value in self.config.items()]
+        lines.append(f"    _run({', '.join(args)})")
+        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
+        exec(compile("\n".join(lines) + "\n", f"<framejit-launch {self.name}>", "exec"), namespace)
+        self._fast = namespace[f"launch_{self.name}"]
 
     def _first_call(self, inputs: tuple):
         # Triton compiles at the first launch: a kernel this device cannot build runs as the
         # group's torch ops from then on, with a warning (never a wrong answer, never a crash).
-        if self._use_fallback:
-            return self.fallback(*inputs)
         try:
             self._tune(inputs)
-            outs = self._allocate()
-            self.fn[self.grid](*self._args(inputs), *outs, *self.scalars, **self.config)
+            self._build_fast()
+            return self._fast(*inputs)
         except Exception as e:
             if self.fallback is None:
                 raise
@@ -209,10 +231,9 @@ class Launcher:
             warnings.warn(f"framejit: kernel {self.name} failed to compile or launch on "
                           f"{self.device} ({type(e).__name__}: {e}); its operations run as torch "
                           f"ops instead", stacklevel=2)
-            self.config = None
             self._use_fallback = True
+            self._fast = self.fallback
             return self.fallback(*inputs)
-        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _tune(self, inputs: tuple) -> None:
         t0 = time.perf_counter()
