@@ -15,6 +15,7 @@ so any program can be re-created alone from the id that a report gives.
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import re
 import sys
@@ -172,7 +173,14 @@ def main(argv=None) -> int:
     parser.add_argument("--program", type=int, help="run one program by id and print it")
     parser.add_argument("--reduce", type=int, help="shrink one failing program by id and print it")
     parser.add_argument("--avoid", default="", help="comma-separated generator.FEATURES to leave out")
+    parser.add_argument("--backend", default="default",
+                        help="framejit backend of the compiled side ('triton' runs generated kernels "
+                             "on CPU tensors in Triton's interpreter)")
     args = parser.parse_args(argv)
+    # Workers inherit the environment; the interpreter must be on before they import triton.
+    os.environ["FRAMEJIT_FUZZ_BACKEND"] = args.backend
+    if args.backend == "triton":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     avoid = tuple(a for a in args.avoid.split(",") if a)
 
     if args.reduce is not None:

@@ -13,6 +13,7 @@ import contextlib
 import io
 import itertools
 import linecache
+import os
 import sys
 import types
 
@@ -106,7 +107,8 @@ def run_program(source: str) -> dict:
     except Exception as e:
         return {"status": "invalid", "diffs": [], "error": f"{type(e).__name__}: {e}"[:300]}
     stats = capture_stats()
-    compiled = run_side(compiled_module, framejit.compile(compiled_module.f))
+    backend = os.environ.get("FRAMEJIT_FUZZ_BACKEND", "default")
+    compiled = run_side(compiled_module, framejit.compile(compiled_module.f, backend=backend))
     graphs, fallbacks = stats.graphs, stats.eager_frames
     diffs = compare_records(eager, compiled)
     for module in (eager_module, compiled_module):

@@ -1,0 +1,77 @@
+"""What only a CUDA device shows: real Triton compilation, autotuning and its disk cache, and
+the default backend choosing kernels for CUDA tensors. Skipped without CUDA (`make test-gpu`
+runs them on the GPU machine)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import framejit
+from framejit.kernels import triton_runtime
+from framejit.testing import assert_close_to_eager
+
+A = torch.ops.aten
+
+pytestmark = pytest.mark.gpu
+
+
+def softmax(x):
+    m = A.amax.default(x, [-1], True)
+    e = A.exp.default(A.sub.Tensor(x, m))
+    return A.div.Tensor(e, A.sum.dim_IntList(e, [-1], True))
+
+
+def test_default_backend_runs_kernels_for_cuda_tensors():
+    x = torch.randn(64, 1000, device="cuda")
+    got = framejit.compile(softmax)(x)
+    assert framejit.stats()["kernels"] == 1
+    assert_close_to_eager(got, softmax(x))
+
+
+def test_default_backend_keeps_cpu_tensors_in_torch():
+    x = torch.randn(64, 100)
+    framejit.compile(softmax)(x)
+    assert framejit.stats()["kernels"] == 0
+
+
+def test_autotuning_picks_a_config_and_caches_it_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    triton_runtime._best.clear()
+    x = torch.randn(4096, 512, device="cuda")
+    compiled = framejit.compile(lambda x: A.mul.Tensor(A.exp.default(x), 2.0))
+    got = compiled(x)
+    assert_close_to_eager(got, torch.exp(x) * 2)
+    best = list((tmp_path / "triton").glob("*.best.json"))
+    assert len(best) == 1
+    table = json.loads(best[0].read_text())
+    (config,) = table.values()
+    assert "XBLOCK" in config and "num_warps" in config
+
+
+def test_looped_reduction_on_long_rows():
+    x = torch.randn(8, 50_000, device="cuda")
+    got = framejit.compile(softmax)(x)
+    assert_close_to_eager(got, softmax(x), rtol=1e-4, atol=1e-6)
+
+
+def test_int64_indexing_for_big_tensors():
+    if torch.cuda.get_device_properties(0).total_memory < 40 * 2**30:
+        pytest.skip("needs 40 GiB of GPU memory")
+    x = torch.ones(2**31 + 64, device="cuda", dtype=torch.int8)
+    got = framejit.compile(lambda x: A.add.Tensor(x, 1))(x)
+    assert int(got[-1]) == 2 and int(got[0]) == 2
+    del x, got
+
+
+def test_half_precision_patterns_on_gpu():
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(256, 768, device="cuda", dtype=dtype)
+        w = torch.randn(768, device="cuda", dtype=dtype)
+        b = torch.randn(768, device="cuda", dtype=dtype)
+        framejit.reset()
+        fn = framejit.compile(lambda x, w, b: torch.nn.functional.layer_norm(x, (768,), w, b))
+        got = fn(x, w, b)
+        assert_close_to_eager(got, torch.nn.functional.layer_norm(x, (768,), w, b))
+        assert os.environ.get("TRITON_INTERPRET", "0") != "1"

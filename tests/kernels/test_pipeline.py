@@ -1,0 +1,188 @@
+"""The whole kernel pipeline on code as users write it (torch functions, nn.Modules): the
+passes decompose, the partitioner groups, kernels run (Triton's interpreter on CPU tensors),
+and the results match eager."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import framejit
+from framejit.testing import assert_close_to_eager
+
+from .conftest import run_kernels
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def rms_norm(x, w, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+PATTERNS = {
+    "softmax": (lambda x: F.softmax(x, dim=-1), lambda d, dev: [torch.randn(6, 50, device=dev, dtype=d) * 4]),
+    "log_softmax": (lambda x: F.log_softmax(x, dim=-1), lambda d, dev: [torch.randn(6, 50, device=dev, dtype=d)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (48,), w, b),
+                   lambda d, dev: [torch.randn(2, 5, 48, device=dev, dtype=d) + 3,
+                                   torch.randn(48, device=dev, dtype=d), torch.randn(48, device=dev, dtype=d)]),
+    "rms_norm": (rms_norm, lambda d, dev: [torch.randn(7, 40, device=dev, dtype=d), torch.randn(40, device=dev, dtype=d)]),
+    "gelu_bias": (lambda x, b: F.gelu(x + b, approximate="tanh"),
+                  lambda d, dev: [torch.randn(9, 33, device=dev, dtype=d) * 3, torch.randn(33, device=dev, dtype=d)]),
+    "gelu_exact": (lambda x, b: F.gelu(x + b),
+                   lambda d, dev: [torch.randn(9, 33, device=dev, dtype=d) * 3, torch.randn(33, device=dev, dtype=d)]),
+    "swiglu": (lambda a, b: F.silu(a) * b,
+               lambda d, dev: [torch.randn(9, 33, device=dev, dtype=d) * 3, torch.randn(9, 33, device=dev, dtype=d)]),
+    "residual_norm": (lambda x, r, w, b: (lambda h: (h, F.layer_norm(h, (64,), w, b)))(x + r),
+                      lambda d, dev: [torch.randn(4, 64, device=dev, dtype=d), torch.randn(4, 64, device=dev, dtype=d),
+                                      torch.randn(64, device=dev, dtype=d), torch.randn(64, device=dev, dtype=d)]),
+    "centered": (lambda x: x - x.mean(-1, keepdim=True), lambda d, dev: [torch.randn(8, 30, device=dev, dtype=d) + 10]),
+}
+
+
+def _eager_fp32(fn, args, dtype):
+    wide = [a.float() for a in args]
+    out = fn(*wide)
+    return tuple(o.to(dtype) for o in out) if isinstance(out, tuple) else out.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_each_pattern_is_one_kernel_and_matches_eager(name, dtype, device):
+    fn, make = PATTERNS[name]
+    args = make(dtype, device)
+    got, backend = run_kernels(fn, *args)
+    assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
+    # The kernels compute in fp32 and round once: compare with eager in fp32, rounded once.
+    assert_close_to_eager(got, _eager_fp32(fn, args, dtype))
+    if dtype == torch.float32:
+        assert_close_to_eager(got, fn(*args))
+
+
+def test_dropout_add_in_training_is_one_kernel(device):
+    x = torch.randn(64, 64, device=device) + 5
+    r = torch.randn(64, 64, device=device)
+
+    def f(x, r):
+        return F.dropout(x, p=0.25, training=True) + r
+
+    torch.manual_seed(3)
+    a, backend = run_kernels(f, x, r)
+    assert len(backend.kernels) == 1
+    torch.manual_seed(3)
+    b, _ = run_kernels(f, x, r)
+    assert torch.equal(a, b)
+    kept = (a - r) != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.05
+    torch.testing.assert_close((a - r)[kept], (x / 0.75)[kept])
+
+
+def test_dropout_in_eval_is_the_identity(device):
+    x = torch.randn(8, 8, device=device)
+    got, backend = run_kernels(lambda x: F.dropout(x, p=0.5, training=False) * 2, x)
+    assert_close_to_eager(got, x * 2)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced_step", "expanded"])
+def test_patterns_on_non_contiguous_inputs(layout, device):
+    base = {
+        "transposed": torch.randn(48, 10, device=device).t(),
+        "sliced_step": torch.randn(20, 96, device=device)[::2, ::2],
+        "expanded": torch.randn(1, 48, device=device).expand(10, 48),
+    }[layout]
+    w = torch.randn(48, device=device)
+    b = torch.randn(48, device=device)
+    fn = lambda x, w, b: F.gelu(F.layer_norm(x, (48,), w, b)) + F.softmax(x, -1)  # noqa: E731
+    got, backend = run_kernels(fn, base, w, b)
+    assert_close_to_eager(got, fn(base, w, b))
+
+
+class Block(nn.Module):
+    """A GPT-style block: LN, attention (matmuls + softmax), projection, residual, LN, MLP."""
+
+    def __init__(self, d=64, h=4):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.h = h
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.attn(self.ln1(x)).split(C, dim=2)
+        q = q.view(B, T, self.h, C // self.h).transpose(1, 2)
+        k = k.view(B, T, self.h, C // self.h).transpose(1, 2)
+        v = v.view(B, T, self.h, C // self.h).transpose(1, 2)
+        att = F.softmax((q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5)), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def test_gpt_block_kernel_count(device):
+    """Each normalization is one kernel, each pointwise chain between matmuls one kernel:
+    ln1; scale+softmax; the head-merging copy; proj bias + residual + ln2 (one reduction
+    kernel with its prologue); fc bias + GELU; fc2 bias + residual."""
+    block = Block().to(device).eval()
+    x = torch.randn(2, 8, 64, device=device)
+    with torch.no_grad():
+        expected = block(x)
+        got, backend = run_kernels(block, x)
+    assert_close_to_eager(got, expected, rtol=1e-4, atol=1e-5)
+    names = [k.name for k in backend.kernels]
+    assert len(names) == 6, "\n\n".join(str(k.kernel) for k in backend.kernels)
+    assert sum(k.kernel.is_reduction for k in backend.kernels) == 3  # ln1, softmax, ln2
+
+
+def test_training_groups_stay_torch_ops_and_gradients_are_exact(device):
+    block = Block().to(device).train()
+    x = torch.randn(2, 8, 64, device=device, requires_grad=True)
+    ref = Block().to(device).train()
+    ref.load_state_dict(block.state_dict())
+    x_ref = x.detach().clone().requires_grad_(True)
+    got, backend = run_kernels(block, x)
+    got.sum().backward()
+    ref(x_ref).sum().backward()
+    assert backend.kernels == []  # every group has an input that requires grad
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(block.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_explain_lists_kernels_with_source(device):
+    report = framejit.explain(lambda x: F.softmax(x * 2, -1), backend="triton")(torch.randn(4, 16, device=device))
+    assert report.graph_count == 1 and len(report.kernels[0]) == 1
+    (kernel,) = report.kernels[0]
+    assert "reduce max" in kernel.description and "tl.load" in kernel.source
+    assert "kernel(s)" in str(report) and kernel.name in str(report)
+
+
+def test_dump_writes_kernels_and_wrapper(tmp_path, device):
+    fn = framejit.compile(lambda x: torch.sigmoid(x) * x, backend="triton",
+                          options={"dump_dir": str(tmp_path)})
+    fn(torch.randn(10, device=device))
+    files = {p.name for p in tmp_path.rglob("*") if p.is_file()}
+    assert "wrapper.py" in files
+    assert any(f.endswith(".py") and f.startswith("fj_poi") for f in files)
+    assert any(f.endswith(".txt") and f.startswith("fj_poi") for f in files)
+
+
+def test_torch_compile_backend_runs_framejit_kernels(device):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, b: F.gelu(x + b), backend="framejit", options={"backend": "triton"})
+    x, b = torch.randn(8, 32, device=device), torch.randn(32, device=device)
+    assert_close_to_eager(fn(x, b), F.gelu(x + b))
+    assert framejit.stats()["kernels"] == 1
+    torch._dynamo.reset()
+
+
+def test_triton_backend_on_cpu_without_interpreter_falls_back_with_a_warning(monkeypatch):
+    from framejit.kernels import triton_runtime
+
+    monkeypatch.setattr(triton_runtime, "interpreter_enabled", lambda: False)
+    with pytest.warns(UserWarning, match="TRITON_INTERPRET=1"):
+        got = framejit.compile(lambda x: torch.exp(x) + 1, backend="triton")(torch.ones(3))
+    assert_close_to_eager(got, torch.exp(torch.ones(3)) + 1)
+    assert framejit.stats()["fallbacks"] == 1
+    assert os.environ.get("TRITON_INTERPRET") == "1"
