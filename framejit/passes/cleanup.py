@@ -101,14 +101,24 @@ class _Memory:
         self.escaping: set[StorageWeakRef] = set()
         self.mutated_attrs: set[str] = set()
         self.writes = False  # whether any node may write to a tensor
+        self.unknown = False  # a write whose target has no meta value: anything may change
+        external: set[StorageWeakRef] = set()
         for node in graph.nodes:
-            if node.op == "output":
+            if node.op in ("placeholder", "get_attr"):
+                external |= _storages(node.meta.get("val"))
+            elif node.op == "output":
                 self.escaping |= _storages(map_aggregate(node.args, _meta_of))
             elif _mutates(node):
                 self.writes = True
                 self.mutated |= _storages(node.meta.get("val"))
                 for inp in node.all_input_nodes:
+                    if "val" not in inp.meta:
+                        self.unknown = True
                     self.mutated |= _storages(inp.meta.get("val"))
+        if self.mutated & external:
+            # Inputs and attributes are distinct tensors in the meta values, but at run time one
+            # may be a view of another: a write to one of them may change any of them.
+            self.mutated |= external
         if self.writes:
             for node in graph.nodes:
                 if node.op == "get_attr" and _storages(node.meta.get("val")) & self.mutated:
@@ -119,7 +129,9 @@ class _Memory:
         value, unless the graph writes nothing)."""
         if not self.writes:
             return False
-        return "val" not in node.meta or bool(_storages(node.meta["val"]) & self.mutated)
+        if self.unknown or "val" not in node.meta:
+            return True
+        return bool(_storages(node.meta["val"]) & self.mutated)
 
     def reads_written(self, node: Node) -> bool:
         """Whether the node reads memory the graph may write to."""

@@ -44,8 +44,9 @@ def val(x: Any) -> Any:
 
 
 def is_tensor(x: Any) -> bool:
-    """A node whose example value is a tensor."""
-    return isinstance(val(x), torch.Tensor)
+    """A node whose example value is a dense (strided) tensor."""
+    v = val(x)
+    return isinstance(v, torch.Tensor) and v.layout is torch.strided
 
 
 def is_number(x: Any) -> bool:
@@ -55,8 +56,7 @@ def is_number(x: Any) -> bool:
 
 def is_float_tensor(x: Any) -> bool:
     """A tensor node of a real floating-point dtype."""
-    v = val(x)
-    return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+    return is_tensor(x) and val(x).dtype.is_floating_point
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -108,7 +108,7 @@ def rewritable(node: Node) -> bool:
     if node.op not in ("call_function", "call_method"):
         return False
     v = node.meta.get("val")
-    if not isinstance(v, torch.Tensor) or v.requires_grad:
+    if not isinstance(v, torch.Tensor) or v.requires_grad or v.layout is not torch.strided:
         return False
     return "out" not in node.kwargs and "device" in node.meta and not node.meta.get("keep")
 
@@ -255,6 +255,10 @@ class Builder:
                 return False
         node.replace_all_uses_with(result)
         self.graph.erase_node(node)
+        # A rule may build a node it ends up not using (dropout in eval returns its input).
+        for new in reversed(self.created):
+            if not new.users and not new.is_impure():
+                self.graph.erase_node(new)
         return True
 
 

@@ -78,7 +78,8 @@ class Rewriter:
     * ``graph.lint()`` passes;
     * every graph output keeps its meta shape, dtype and layout (each rewritten node's
       replacement matches the node it replaced: the test functions return what they rewrite);
-    * the rewritten graph computes what eager ``fn`` does, within the dtype's tolerances.
+    * the rewritten graph computes what eager ``fn`` does, within the dtype's tolerances, and
+      returns tensors of eager's layout.
 
     Returns the :class:`Captured` graph after the pass (``.changed`` says what the pass said).
     """
@@ -103,6 +104,9 @@ class Rewriter:
                 )
         actual = _as_tuple(captured.run())
         assert_close_to_eager(actual, expected, rtol=rtol, atol=atol)
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            if isinstance(e, torch.Tensor):
+                assert same_layout(a, e), f"result {i}: strides {a.stride()} != {e.stride()}"
         captured.changed = changed
         return captured
 

@@ -133,6 +133,20 @@ def test_cse_respects_a_mutation_in_between(capture_graph):
     assert_close_to_eager(captured.run(x.clone()), f(x.clone()))
 
 
+def test_cse_assumes_a_written_input_may_alias_the_other_inputs(capture_graph):
+    def f(x, y):
+        a = y * 2
+        x.add_(1)  # y may be a view of x at run time
+        return a, y * 2
+
+    captured = capture_graph(f, torch.randn(3), torch.randn(3))
+    cse(captured.graph)
+    assert calls(captured.graph).count(operator.mul) == 2
+    base = torch.randn(3)
+    xg, xe = base.clone(), base.clone()
+    assert_close_to_eager(captured.run(xg, xg[0:3]), f(xe, xe[0:3]))
+
+
 @pytest.mark.parametrize("through_view", [False, True])
 def test_cse_keeps_a_result_that_is_written_later(capture_graph, through_view):
     def f(x):

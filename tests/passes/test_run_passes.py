@@ -55,8 +55,30 @@ def test_gpt_block(capture_graph, dtype):
     assert not COMPOSITE & set(captured.targets())
     assert remaining.count(F.linear) == 1  # qkv; proj, fc and fc2 feed pointwise ops
     assert "contiguous" not in remaining  # a transposed input: a clone in the vocabulary
+    for node in graph.nodes:
+        if node.op != "output":
+            assert isinstance(node.meta["val"], (torch.Tensor, tuple)), node.format()
+            assert node.meta["device"] == x.device, node.format()
     with torch.no_grad():
         (actual,) = captured.run()
+    assert_close_to_eager(actual, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_gpt_block_on_cuda(capture_graph, dtype):
+    torch.manual_seed(0)
+    block = Block().to("cuda", dtype)
+    x = torch.randn(2, 8, 32, dtype=dtype, device="cuda")
+    with torch.no_grad():
+        expected = block(x)
+        captured = capture_graph(block, x)
+        run_passes(captured.graph, captured.root, lint=True)
+        (actual,) = captured.run()
+    assert F.softmax not in captured.targets()
+    assert all(
+        n.meta["device"].type == "cuda" for n in captured.graph.nodes if n.op == "call_function"
+    )
     assert_close_to_eager(actual, expected)
 
 
