@@ -308,8 +308,9 @@ class Node:
         True for placeholders and the output (they make up the function's signature), for
         modules (they may update buffers, e.g. BatchNorm's running stats), for in-place and
         otherwise side-effecting calls (a name ending in a single ``_`` such as ``add_``,
-        setitem, ``a += b``, an ``out=`` argument), and for random ops (dropping one would change
-        later random numbers). ``meta["impure"]`` set to True or False overrides the rules.
+        setitem, ``a += b``, an ``out=`` argument, an aten overload whose schema writes to an
+        argument such as ``aten.copy_.default``), and for random ops (dropping one would change
+        later random numbers; for aten overloads, those tagged ``nondeterministic_seeded``). ``meta["impure"]`` set to True or False overrides the rules.
         """
         if "impure" in self.meta:
             return bool(self.meta["impure"])
@@ -321,6 +322,12 @@ class Node:
             return True
         if self.op == "call_method":
             return _is_inplace_name(self.target) or self.target in _SIDE_EFFECT_METHODS
+        if isinstance(self.target, torch._ops.OpOverload):
+            # aten/prims overloads say it in their schema and tags: ``copy_`` and ``out=``
+            # variants write to an argument, ``rand_like`` draws from the generator.
+            return self.target._schema.is_mutable or (
+                torch.Tag.nondeterministic_seeded in self.target.tags
+            )
         try:
             if self.target in _SIDE_EFFECT_FUNCTIONS or self.target in _RANDOM_FUNCTIONS:
                 return True

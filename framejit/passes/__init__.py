@@ -1,0 +1,43 @@
+"""Graph passes that bring a captured graph into the aten vocabulary the fusion partitioner and
+the kernel lowering read (:mod:`framejit.passes.vocabulary`), and clean it up.
+
+Each pass is ``pass_(graph) -> bool`` (whether it changed anything), except
+``fold_constants(graph, constants)``, which also adds the folded tensors to ``constants`` (the
+GraphModule's root dict). ``run_passes`` runs them all in order.
+
+Example::
+
+    gm = GraphModule(root, graph)
+    run_passes(gm.graph, gm.root)
+    gm.recompile()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..fx_ir import Graph
+from .cleanup import cse, dce, fold_constants
+from .decompose import decompose
+from .normalize import normalize
+
+
+def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False) -> None:
+    """normalize, decompose, normalize, dce, cse, fold_constants, dce; with ``lint=True`` the
+    graph is checked (``graph.lint()``) after each pass."""
+    steps = (
+        normalize,
+        decompose,
+        normalize,
+        dce,
+        cse,
+        lambda g: fold_constants(g, constants),
+        dce,
+    )
+    for step in steps:
+        step(graph)
+        if lint:
+            graph.lint()
+
+
+__all__ = ["cse", "dce", "decompose", "fold_constants", "normalize", "run_passes"]

@@ -1,0 +1,423 @@
+"""``decompose(graph)``: composite ops (softmax, layer_norm, gelu, batch_norm, dropout, mean,
+var, ...) become the vocabulary's pointwise ops and keepdim reductions.
+
+fp16/bf16 inputs are converted to fp32 first and the result back to the node's dtype at the
+end, as eager computes them. Each decomposition follows eager's math; nodes whose value requires
+grad keep their composite op (autograd needs it), and any call whose form is unusual (an
+implicit softmax dim, batch_norm with cumulative momentum, in-place dropout) is left alone.
+
+Example::
+
+    decompose(graph)   # F.softmax(%x, dim=-1) -> amax, sub, exp, sum, div
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..fx_ir import Graph, Node
+from . import normalize as _normalize
+from .util import (
+    Builder,
+    RuleTable,
+    apply_rules,
+    is_float_tensor,
+    is_number,
+    is_tensor,
+    normalize_dims,
+    val,
+)
+from .vocabulary import POINTWISE
+
+aten = torch.ops.aten
+F = torch.nn.functional
+
+RULES = RuleTable()
+
+# The plain activations are one vocabulary op each; normalize's rules map them.
+for _target in (F.relu, F.sigmoid, F.tanh, torch.sigmoid, torch.tanh, torch.relu):
+    RULES.add([_target], _normalize.RULES.rules[_target])
+
+
+def decompose(graph: Graph) -> bool:
+    """Decompose composite ops into the vocabulary; returns whether anything changed."""
+    return apply_rules(graph, RULES)
+
+
+def _optional_tensor(x: Any) -> bool:
+    return x is None or is_tensor(x)
+
+
+# --------------------------------------------------------------------------------------------
+# softmax
+
+
+def _softmax(b: Builder, input: Any, dim: Any, dtype: Any, log: bool) -> Node | None:
+    if not is_float_tensor(input) or type(dim) is not int:
+        return None  # dim=None is softmax's deprecated implicit dim: left to torch
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            return None
+        input = b.convert(input, dtype)
+    shape = val(input).shape
+    if not -len(shape) <= dim < len(shape) or shape[dim] == 0:
+        return None
+    dims = [dim % len(shape)]
+    x = b.upcast(input)
+    shifted = b.sub(x, b(aten.amax.default, x, dims, True))
+    e = b.unary("exp", shifted)
+    total = b.sum(e, dims)
+    r = b.sub(shifted, b.unary("log", total)) if log else b.div(e, total)
+    return b.convert(r, b.out.dtype)
+
+
+@RULES.register(F.softmax)
+def _f_softmax(b, input, dim=None, _stacklevel=3, dtype=None):
+    return _softmax(b, input, dim, dtype, log=False)
+
+
+@RULES.register(torch.softmax, torch.special.softmax, "softmax")
+def _torch_softmax(b, input, dim, dtype=None):
+    return _softmax(b, input, dim, dtype, log=False)
+
+
+@RULES.register(F.log_softmax)
+def _f_log_softmax(b, input, dim=None, _stacklevel=3, dtype=None):
+    return _softmax(b, input, dim, dtype, log=True)
+
+
+@RULES.register(torch.log_softmax, torch.special.log_softmax, "log_softmax")
+def _torch_log_softmax(b, input, dim, dtype=None):
+    return _softmax(b, input, dim, dtype, log=True)
+
+
+# --------------------------------------------------------------------------------------------
+# normalizations
+
+
+def _trailing_dims(x: Node, normalized_shape: Any) -> list[int] | None:
+    """The dims that ``normalized_shape`` names (the last ones), if it matches x's shape."""
+    if type(normalized_shape) is int:
+        normalized_shape = (normalized_shape,)
+    if not isinstance(normalized_shape, (list, tuple)) or not normalized_shape:
+        return None
+    if not all(type(s) is int for s in normalized_shape):
+        return None
+    shape = tuple(val(x).shape)
+    k = len(normalized_shape)
+    if k > len(shape) or shape[len(shape) - k :] != tuple(normalized_shape):
+        return None
+    if math.prod(normalized_shape) == 0:
+        return None
+    return list(range(len(shape) - k, len(shape)))
+
+
+def _affine(b: Builder, r: Node, weight: Any, bias: Any) -> Node:
+    if weight is not None:
+        r = b.mul(r, b.upcast(weight))
+    if bias is not None:
+        r = b.add(r, b.upcast(bias))
+    return r
+
+
+def _layer_norm(b: Builder, input, normalized_shape, weight, bias, eps) -> Node | None:
+    if not is_float_tensor(input) or type(eps) not in (int, float):
+        return None
+    if not (_optional_tensor(weight) and _optional_tensor(bias)):
+        return None
+    dims = _trailing_dims(input, normalized_shape)
+    if dims is None:
+        return None
+    x = b.upcast(input)
+    d = b.sub(x, b.mean(x, dims))
+    var = b.mean(b.mul(d, d), dims)
+    r = b.mul(d, b.unary("rsqrt", b.add(var, eps)))
+    return b.convert(_affine(b, r, weight, bias), b.out.dtype)
+
+
+@RULES.register(F.layer_norm)
+def _f_layer_norm(b, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _layer_norm(b, input, normalized_shape, weight, bias, eps)
+
+
+@RULES.register(torch.layer_norm)
+def _torch_layer_norm(
+    b, input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True
+):
+    return _layer_norm(b, input, normalized_shape, weight, bias, eps)
+
+
+@RULES.register(getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))
+def _rms_norm(b, input, normalized_shape, weight=None, eps=None):
+    if not is_float_tensor(input) or not (eps is None or type(eps) in (int, float)):
+        return None
+    if weight is not None and not (is_tensor(weight) and val(weight).dtype == val(input).dtype):
+        return None  # eager takes another code path for a weight of another dtype
+    dims = _trailing_dims(input, normalized_shape)
+    if dims is None:
+        return None
+    x = b.upcast(input)
+    if eps is None:
+        # Eager's default is the epsilon of the dtype it computes in (fp32 for fp16/bf16).
+        eps = torch.finfo(val(x).dtype).eps
+    r = b.mul(x, b.unary("rsqrt", b.add(b.mean(b.mul(x, x), dims), eps)))
+    return b.convert(_affine(b, r, weight, None), b.out.dtype)
+
+
+def _channel_view(b: Builder, t: Node, ndim: int) -> Node:
+    """A [C] tensor viewed as [C, 1, ...] so it broadcasts over dim 1 of an ndim input."""
+    c = val(t).shape[0]
+    return b.view(b.upcast(t), [c] + [1] * (ndim - 2))
+
+
+def _batch_norm(
+    b: Builder, input, running_mean, running_var, weight, bias, training, momentum, eps
+) -> Node | None:
+    if not is_float_tensor(input) or val(input).dim() < 2:
+        return None
+    if type(training) is not bool or type(eps) not in (int, float):
+        return None
+    if type(momentum) not in (int, float):
+        return None  # momentum=None is a cumulative average: left to torch
+    x_val = val(input)
+    channels = x_val.shape[1]
+    for t in (running_mean, running_var, weight, bias):
+        if t is not None and not (is_tensor(t) and tuple(val(t).shape) == (channels,)):
+            return None
+    if (running_mean is None) != (running_var is None):
+        return None
+    ndim = x_val.dim()
+    x = b.upcast(input)
+    if not training:
+        if running_mean is None:
+            return None
+        d = b.sub(x, _channel_view(b, running_mean, ndim))
+        r = b.mul(d, b.unary("rsqrt", b.add(_channel_view(b, running_var, ndim), eps)))
+    else:
+        dims = [0] + list(range(2, ndim))
+        n = x_val.numel() // channels if channels else 0
+        if n <= 1:
+            return None  # eager raises "Expected more than 1 value per channel"
+        mean = b.mean(x, dims)
+        d = b.sub(x, mean)
+        var = b.mean(b.mul(d, d), dims)
+        r = b.mul(d, b.unary("rsqrt", b.add(var, eps)))
+        if running_mean is not None:
+            _update_running_stat(b, running_mean, b.view(mean, [channels]), momentum)
+            unbiased = b.mul(b.view(var, [channels]), n / (n - 1))
+            _update_running_stat(b, running_var, unbiased, momentum)
+    if weight is not None:
+        r = b.mul(r, _channel_view(b, weight, ndim))
+    if bias is not None:
+        r = b.add(r, _channel_view(b, bias, ndim))
+    return b.convert(r, b.out.dtype)
+
+
+def _update_running_stat(b: Builder, stat: Node, batch: Node, momentum: float) -> None:
+    """stat <- (1 - momentum) * stat + momentum * batch, in place like eager; the copy_ node is
+    impure, so DCE keeps it."""
+    new = b.add(b.mul(b.upcast(stat), 1 - momentum), b.mul(batch, momentum))
+    b(aten.copy_.default, stat, b.convert(new, val(stat).dtype))
+
+
+@RULES.register(F.batch_norm)
+def _f_batch_norm(
+    b,
+    input,
+    running_mean,
+    running_var,
+    weight=None,
+    bias=None,
+    training=False,
+    momentum=0.1,
+    eps=1e-5,
+):
+    return _batch_norm(b, input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+@RULES.register(torch.batch_norm)
+def _torch_batch_norm(
+    b, input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled
+):
+    return _batch_norm(b, input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+# --------------------------------------------------------------------------------------------
+# activations and dropout
+
+_SQRT1_2 = 0.7071067811865476  # 1 / sqrt(2)
+_SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi)
+
+
+@RULES.register(F.gelu)
+def _gelu(b, input, approximate="none"):
+    if not is_float_tensor(input):
+        return None
+    x = b.upcast(input)
+    half_x = b.mul(x, 0.5)
+    if approximate == "none":
+        # 0.5 * x * (1 + erf(x / sqrt(2)))
+        inner = b.unary("erf", b.mul(x, _SQRT1_2))
+    elif approximate == "tanh":
+        # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+        cube = b.mul(b.mul(x, x), x)
+        inner = b.unary("tanh", b.mul(b.add(x, b.mul(cube, 0.044715)), _SQRT_2_OVER_PI))
+    else:
+        return None
+    return b.convert(b.mul(half_x, b.add(inner, 1.0)), b.out.dtype)
+
+
+@RULES.register(F.silu)
+def _silu(b, input, inplace=False):
+    if not is_float_tensor(input) or inplace is not False:
+        return None
+    x = b.upcast(input)
+    return b.convert(b.mul(x, b.unary("sigmoid", x)), b.out.dtype)
+
+
+def _dropout(b: Builder, input, p, training, inplace) -> Node | None:
+    if not is_float_tensor(input) or inplace is not False or type(training) is not bool:
+        return None
+    if type(p) not in (int, float) or not 0 <= p <= 1:
+        return None
+    if not training or p == 0:
+        return input  # eager returns the input tensor itself
+    if p == 1:
+        return None
+    # Eager: noise = bernoulli(1 - p) / (1 - p) in x's dtype; out = x * noise (so NaN and inf
+    # stay NaN where dropped, as in eager). keep = (u >= p) has probability 1 - p.
+    keep = b(aten.ge.Scalar, b(aten.rand_like.default, input, dtype=torch.float32), p)
+    noise = b.div(b.convert(keep, val(input).dtype), 1 - p)
+    return b.mul(input, noise)
+
+
+@RULES.register(F.dropout)
+def _f_dropout(b, input, p=0.5, training=True, inplace=False):
+    return _dropout(b, input, p, training, inplace)
+
+
+@RULES.register(torch.dropout)
+def _torch_dropout(b, input, p, train):
+    return _dropout(b, input, p, train, False)
+
+
+# --------------------------------------------------------------------------------------------
+# mean, var, std
+
+
+@RULES.register(torch.mean, "mean")
+def _mean(b, input, dim=None, keepdim=False, *, dtype=None):
+    if not is_tensor(input) or type(keepdim) is not bool or not b.out.dtype.is_floating_point:
+        return None
+    dims = normalize_dims(val(input).dim(), dim)
+    if dims is None or math.prod(val(input).shape[d] for d in dims) == 0:
+        return None
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype):
+            return None
+        input = b.convert(input, dtype)
+    x = b.upcast(input)
+    return b.finish_reduction(b.mean(x, dims), dims, keepdim)
+
+
+def _parse_var_args(args: tuple, kwargs: dict) -> tuple[Any, float, bool] | None:
+    """(dim, correction, keepdim) of any torch.var/std call form, or None."""
+    kwargs = dict(kwargs)
+    dim = kwargs.pop("dim", None)
+    unbiased = kwargs.pop("unbiased", None)
+    correction = kwargs.pop("correction", None)
+    keepdim = kwargs.pop("keepdim", False)
+    if kwargs:
+        return None
+    rest = list(args)
+    if rest and type(rest[0]) is bool:  # var(input, unbiased)
+        unbiased = rest.pop(0)
+    else:
+        if rest:
+            dim = rest.pop(0)
+        if rest and type(rest[0]) is bool:  # var(input, dim, unbiased, keepdim)
+            unbiased = rest.pop(0)
+        if rest:
+            keepdim = rest.pop(0)
+    if rest or type(keepdim) is not bool:
+        return None
+    if unbiased is not None and correction is not None:
+        return None
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    elif type(correction) not in (int, float):
+        return None
+    return dim, correction, keepdim
+
+
+def _var_or_std(b: Builder, input: Any, args: tuple, kwargs: dict, sqrt: bool) -> Node | None:
+    parsed = _parse_var_args(args, kwargs)
+    if parsed is None or not is_float_tensor(input):
+        return None
+    dim, correction, keepdim = parsed
+    dims = normalize_dims(val(input).dim(), dim)
+    if dims is None:
+        return None
+    n = math.prod(val(input).shape[d] for d in dims)
+    if n - correction <= 0:
+        return None
+    x = b.upcast(input)
+    d = b.sub(x, b.mean(x, dims))
+    r = b.div(b.sum(b.mul(d, d), dims), n - correction)
+    if sqrt:
+        r = b.unary("sqrt", r)
+    return b.finish_reduction(r, dims, keepdim)
+
+
+@RULES.register(torch.var, "var")
+def _var(b, input, *args, **kwargs):
+    return _var_or_std(b, input, args, kwargs, sqrt=False)
+
+
+@RULES.register(torch.std, "std")
+def _std(b, input, *args, **kwargs):
+    return _var_or_std(b, input, args, kwargs, sqrt=True)
+
+
+# --------------------------------------------------------------------------------------------
+# linear and addmm: only when the bias add can fuse with pointwise users
+
+#: Composite ops that decompose into pointwise ops only.
+_POINTWISE_COMPOSITES = frozenset({F.gelu, F.silu, F.relu, F.sigmoid, F.tanh})
+
+
+def _is_pointwise_use(user: Node) -> bool:
+    if user.op == "call_function":
+        try:
+            if user.target in POINTWISE or user.target in _POINTWISE_COMPOSITES:
+                return True
+        except TypeError:
+            return False
+    return _normalize.POINTWISE_RULES.lookup(user) is not None
+
+
+def _only_pointwise_users(node: Node) -> bool:
+    return bool(node.users) and all(_is_pointwise_use(u) for u in node.users)
+
+
+@RULES.register(F.linear)
+def _linear(b, input, weight, bias=None):
+    if not (is_tensor(input) and is_tensor(weight) and is_tensor(bias)):
+        return None  # without a bias there is nothing to fuse
+    if val(input).dim() < 1 or val(weight).dim() != 2 or not _only_pointwise_users(b.node):
+        return None
+    return b.add(b(aten.matmul.default, input, b(aten.t.default, weight)), bias)
+
+
+@RULES.register(torch.addmm, "addmm")
+def _addmm(b, input, mat1, mat2, *, beta=1, alpha=1):
+    if not (is_tensor(input) and is_tensor(mat1) and is_tensor(mat2)):
+        return None
+    if not (is_number(beta) and is_number(alpha) and beta == 1 and alpha == 1):
+        return None
+    if val(mat1).dim() != 2 or val(mat2).dim() != 2 or not _only_pointwise_users(b.node):
+        return None
+    return b.add(b(aten.mm.default, mat1, mat2), input)

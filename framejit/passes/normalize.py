@@ -1,0 +1,507 @@
+"""``normalize(graph)``: torch-level pointwise ops, reductions and conversions become calls of
+the aten vocabulary (:mod:`framejit.passes.vocabulary`).
+
+Every spelling of one operation maps to one overload: ``operator.add(x, y)``, ``torch.add(x,
+y)``, ``x.add(y)``, ``x.__radd__(2)`` all become ``aten.add.Tensor``; ``x.sum(-1)`` becomes
+``aten.sum.dim_IntList(x, [1], True)`` followed by ``aten.squeeze.dims``. The rewrite keeps
+eager's semantics exactly (type promotion with Python numbers, ``alpha=``, reversed operands,
+identity conversions returning the input itself); a call whose operands are not plain tensor
+nodes and Python numbers, or whose form is unusual, is left alone and runs in eager torch.
+
+Example::
+
+    changed = normalize(graph)   # %add = operator.add(%x, 1.0) -> aten.add.Tensor(%x, 1.0)
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from ..fx_ir import Graph, Node
+from .util import (
+    Builder,
+    RuleTable,
+    apply_rules,
+    compute_dtype,
+    is_float_tensor,
+    is_number,
+    is_tensor,
+    normalize_dims,
+    val,
+)
+
+aten = torch.ops.aten
+F = torch.nn.functional
+
+#: Every rule of this pass.
+RULES = RuleTable()
+#: The rules whose result is a pointwise op of the vocabulary (decompose asks whether the users
+#: of a linear are all pointwise).
+POINTWISE_RULES = RuleTable()
+
+
+def _pointwise(*targets: Any):
+    def decorator(fn):
+        RULES.add(targets, fn)
+        POINTWISE_RULES.add(targets, fn)
+        return fn
+
+    return decorator
+
+
+def normalize(graph: Graph) -> bool:
+    """Rewrite torch-level pointwise ops, reductions and conversions into the vocabulary;
+    returns whether anything changed."""
+    return apply_rules(graph, RULES)
+
+
+def _operands(*xs: Any) -> bool:
+    """Each a tensor node or a Python number, and at least one a tensor node."""
+    return all(is_tensor(x) or is_number(x) for x in xs) and any(is_tensor(x) for x in xs)
+
+
+# --------------------------------------------------------------------------------------------
+# arithmetic
+
+
+def _arith(b: Builder, op: Any, a: Any, c: Any, alpha: Any = 1) -> Node | None:
+    """``a <op> alpha * c`` with a tensor first. ``op`` is add/sub/mul/div .Tensor."""
+    if not _operands(a, c) or not is_number(alpha):
+        return None
+    if alpha != 1:
+        if not is_tensor(c):
+            return None  # alpha times a number would be computed in Python, not as torch does
+        c = b.mul(c, alpha)
+    if is_tensor(a):
+        return b(op, a, c)
+    # A number first: put the tensor first without changing a single bit of the result.
+    if op in (aten.add.Tensor, aten.mul.Tensor):
+        return b(op, c, a)  # IEEE addition and multiplication commute exactly
+    if op is aten.sub.Tensor:
+        # s - x == (-x) + s exactly for floats; integer negation can wrap, so ints stay in torch.
+        if not is_float_tensor(c):
+            return None
+        return b.add(b.unary("neg", c), a)
+    if op is aten.div.Tensor:
+        # What eager's Tensor.__rtruediv__ itself computes: x.reciprocal() * s.
+        return b.mul(b.unary("reciprocal", c), a)
+    return None
+
+
+@_pointwise(operator.add, torch.add, "add", "__add__")
+def _add(b, input, other, *, alpha=1):
+    return _arith(b, aten.add.Tensor, input, other, alpha)
+
+
+@_pointwise("__radd__")
+def _radd(b, input, other):
+    return _arith(b, aten.add.Tensor, other, input)
+
+
+@_pointwise(operator.sub, torch.sub, torch.subtract, "sub", "subtract", "__sub__")
+def _sub(b, input, other, *, alpha=1):
+    return _arith(b, aten.sub.Tensor, input, other, alpha)
+
+
+@_pointwise("__rsub__")
+def _rsub_method(b, input, other):
+    return _arith(b, aten.sub.Tensor, other, input)
+
+
+@_pointwise(torch.rsub)
+def _rsub(b, input, other, *, alpha=1):
+    # torch.rsub(x, y, alpha) == y - alpha * x
+    if not is_number(alpha):
+        return None
+    if alpha != 1:
+        if not is_tensor(input):
+            return None
+        input = b.mul(input, alpha)
+    return _arith(b, aten.sub.Tensor, other, input)
+
+
+@_pointwise(operator.mul, torch.mul, torch.multiply, "mul", "multiply", "__mul__", "__rmul__")
+def _mul(b, input, other):
+    return _arith(b, aten.mul.Tensor, input, other)
+
+
+@_pointwise(operator.truediv, torch.true_divide, "true_divide", "__truediv__", "__div__")
+def _truediv(b, input, other):
+    return _arith(b, aten.div.Tensor, input, other)
+
+
+@_pointwise(torch.div, torch.divide, "div", "divide")
+def _div(b, input, other, *, rounding_mode=None):
+    if rounding_mode is not None:
+        return None  # floor/trunc division stays in torch
+    return _arith(b, aten.div.Tensor, input, other)
+
+
+@_pointwise("__rtruediv__", "__rdiv__")
+def _rtruediv(b, input, other):
+    return _arith(b, aten.div.Tensor, other, input)
+
+
+@_pointwise(operator.pow, torch.pow, "pow", "__pow__")
+def _pow(b, input, exponent):
+    if is_tensor(input) and type(exponent) in (int, float):
+        return b(aten.pow.Tensor_Scalar, input, exponent)
+    return None  # a tensor exponent or a number base stays in torch
+
+
+@_pointwise(torch.maximum, "maximum")
+def _maximum(b, input, other):
+    return b(aten.maximum.default, input, other) if is_tensor(input) and is_tensor(other) else None
+
+
+@_pointwise(torch.minimum, "minimum")
+def _minimum(b, input, other):
+    return b(aten.minimum.default, input, other) if is_tensor(input) and is_tensor(other) else None
+
+
+def _max_or_min(b: Builder, input: Any, args: tuple, kwargs: dict, pairwise: Any, full: Any):
+    """torch.max/min: no other argument is a full reduction; one tensor is pairwise; a dim
+    (values and indices) stays in torch."""
+    if not is_tensor(input):
+        return None
+    if not args and not kwargs:
+        dims = normalize_dims(val(input).dim(), None)
+        if dims is None:
+            return None
+        return b.finish_reduction(b(full, input, dims, True), dims, keepdim=False)
+    other = args[0] if len(args) == 1 and not kwargs else kwargs.get("other")
+    if is_tensor(other) and len(args) + len(kwargs) == 1:
+        return b(pairwise, input, other)
+    return None
+
+
+@RULES.register(torch.max, "max")
+def _max(b, input, *args, **kwargs):
+    return _max_or_min(b, input, args, kwargs, aten.maximum.default, aten.amax.default)
+
+
+@RULES.register(torch.min, "min")
+def _min(b, input, *args, **kwargs):
+    return _max_or_min(b, input, args, kwargs, aten.minimum.default, aten.amin.default)
+
+
+# --------------------------------------------------------------------------------------------
+# comparisons and logic
+
+_SWAPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _comparison(name: str):
+    def compare(b, input, other):
+        if not _operands(input, other):
+            return None
+        if is_tensor(input) and is_tensor(other):
+            return b(getattr(aten, name).Tensor, input, other)
+        if is_tensor(input):
+            return b(getattr(aten, name).Scalar, input, other)
+        # `2 < x` is `x > 2`: exact, comparisons have no rounding.
+        return b(getattr(aten, _SWAPPED[name]).Scalar, other, input)
+
+    compare.__name__ = f"_{name}"
+    return compare
+
+
+_COMPARISON_ALIASES = {
+    "eq": (),
+    "ne": ("not_equal",),
+    "lt": ("less",),
+    "le": ("less_equal",),
+    "gt": ("greater",),
+    "ge": ("greater_equal",),
+}
+for _name, _aliases in _COMPARISON_ALIASES.items():
+    _targets: list[Any] = [getattr(operator, _name), getattr(torch, _name), _name, f"__{_name}__"]
+    for _alias in _aliases:
+        _targets += [getattr(torch, _alias), _alias]
+    _pointwise(*_targets)(_comparison(_name))
+
+
+def _both_tensors(input: Any, other: Any) -> bool:
+    return is_tensor(input) and is_tensor(other)
+
+
+def _both_bool(input: Any, other: Any) -> bool:
+    return _both_tensors(input, other) and val(input).dtype == val(other).dtype == torch.bool
+
+
+@_pointwise(torch.logical_and, "logical_and")
+def _logical_and(b, input, other):
+    return b(aten.logical_and.default, input, other) if _both_tensors(input, other) else None
+
+
+@_pointwise(torch.logical_or, "logical_or")
+def _logical_or(b, input, other):
+    return b(aten.logical_or.default, input, other) if _both_tensors(input, other) else None
+
+
+@_pointwise(operator.and_, "__and__")
+def _bool_and(b, input, other):
+    # `a & b` on bool tensors is logical and; on integers it is bitwise and stays in torch.
+    return b(aten.logical_and.default, input, other) if _both_bool(input, other) else None
+
+
+@_pointwise(operator.or_, "__or__")
+def _bool_or(b, input, other):
+    return b(aten.logical_or.default, input, other) if _both_bool(input, other) else None
+
+
+@_pointwise(operator.invert, torch.bitwise_not, "bitwise_not", "__invert__")
+def _bool_not(b, input):
+    if is_tensor(input) and val(input).dtype == torch.bool:
+        return b.unary("logical_not", input)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# unary functions
+
+_UNARY_ALIASES: dict[str, tuple[Any, ...]] = {
+    "neg": (operator.neg, torch.negative, "negative", "__neg__"),
+    "abs": (operator.abs, torch.absolute, "absolute", "__abs__"),
+    "exp": (),
+    "log": (),
+    "log1p": (torch.special.log1p,),
+    "expm1": (torch.special.expm1,),
+    "sqrt": (),
+    "rsqrt": (),
+    "reciprocal": (),
+    "sin": (),
+    "cos": (),
+    "tanh": (F.tanh,),
+    "sigmoid": (F.sigmoid, torch.special.expit),
+    "erf": (torch.special.erf,),
+    "relu": (),
+    "floor": (),
+    "ceil": (),
+    "sign": (),
+    "logical_not": (),
+    "isnan": (),
+}
+
+
+def _unary(name: str):
+    def unary(b, input):
+        return b.unary(name, input) if is_tensor(input) else None
+
+    unary.__name__ = f"_{name}"
+    return unary
+
+
+for _name, _aliases in _UNARY_ALIASES.items():
+    _pointwise(getattr(torch, _name), _name, *_aliases)(_unary(_name))
+
+
+@_pointwise(F.relu)
+def _f_relu(b, input, inplace=False):
+    return b.unary("relu", input) if is_tensor(input) and inplace is False else None
+
+
+# --------------------------------------------------------------------------------------------
+# where and clamp
+
+
+@_pointwise(torch.where)
+def _where(b, condition, input, other):
+    if not (is_tensor(condition) and val(condition).dtype == torch.bool):
+        return None
+    if not (is_tensor(input) or is_number(input)) or not (is_tensor(other) or is_number(other)):
+        return None
+    # aten's where.self takes tensors only; the other overloads take the numbers.
+    if is_tensor(input) and is_tensor(other):
+        return b(aten.where.self, condition, input, other)
+    if is_tensor(input):
+        return b(aten.where.ScalarOther, condition, input, other)
+    if is_tensor(other):
+        return b(aten.where.ScalarSelf, condition, input, other)
+    return b(aten.where.Scalar, condition, input, other)
+
+
+@_pointwise("where")
+def _where_method(b, input, condition, other):
+    return _where(b, condition, input, other)
+
+
+def _bound(x: Any) -> bool:
+    return x is None or type(x) in (int, float)
+
+
+@_pointwise(torch.clamp, torch.clip, "clamp", "clip")
+def _clamp(b, input, min=None, max=None):  # noqa: A002 - torch's parameter names
+    if not is_tensor(input) or not _bound(min) or not _bound(max) or (min is None and max is None):
+        return None  # tensor bounds stay in torch
+    return b(aten.clamp.default, input, min, max)
+
+
+@_pointwise(torch.clamp_min, "clamp_min")
+def _clamp_min(b, input, min):  # noqa: A002
+    return _clamp(b, input, min, None)
+
+
+@_pointwise(torch.clamp_max, "clamp_max")
+def _clamp_max(b, input, max):  # noqa: A002
+    return _clamp(b, input, None, max)
+
+
+# --------------------------------------------------------------------------------------------
+# conversions and copies
+
+
+def _to_dtype(b: Builder, input: Any, dtype: Any) -> Node | None:
+    """A pure dtype change. Torch returns the input itself when the dtype already matches."""
+    if not is_tensor(input) or not isinstance(dtype, torch.dtype):
+        return None
+    return b.convert(input, dtype)
+
+
+def _dtype_method(dtype: torch.dtype):
+    def convert(b, input, memory_format=torch.preserve_format):
+        if memory_format is not torch.preserve_format:
+            return None
+        return _to_dtype(b, input, dtype)
+
+    convert.__name__ = f"_to_{dtype}".replace("torch.", "")
+    return convert
+
+
+for _method, _dtype in {
+    "float": torch.float32,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "double": torch.float64,
+    "long": torch.int64,
+    "int": torch.int32,
+    "short": torch.int16,
+    "bool": torch.bool,
+}.items():
+    _pointwise(_method)(_dtype_method(_dtype))
+
+
+@_pointwise("to")
+def _to(b, input, *args, **kwargs):
+    """``x.to(dtype)``, ``x.to(device, dtype)``, ``x.to(dtype=..)``: only a dtype change on the
+    same device without copy=True or a memory format; everything else stays in torch."""
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    non_blocking = kwargs.pop("non_blocking", False)
+    copy = kwargs.pop("copy", False)
+    memory_format = kwargs.pop("memory_format", torch.preserve_format)
+    if kwargs:
+        return None
+    rest = list(args)
+    if rest and isinstance(rest[0], (str, torch.device)):
+        if device is not None:
+            return None
+        device = rest.pop(0)
+    if rest and isinstance(rest[0], torch.dtype):
+        if dtype is not None:
+            return None
+        dtype = rest.pop(0)
+    if rest and type(rest[0]) is bool:
+        non_blocking = rest.pop(0)
+    if rest and type(rest[0]) is bool:
+        copy = rest.pop(0)
+    if rest or type(non_blocking) is not bool or copy is not False:
+        return None
+    if memory_format is not torch.preserve_format:
+        return None
+    if device is not None:
+        try:
+            if torch.device(device) != b.node.meta["device"]:
+                return None
+        except (RuntimeError, TypeError):
+            return None
+    return _to_dtype(b, input, dtype)
+
+
+@_pointwise("type")
+def _type(b, input, dtype=None, non_blocking=False):
+    # x.type(torch.float16); a type string ("torch.cuda.HalfTensor") may change the device.
+    return _to_dtype(b, input, dtype) if isinstance(dtype, torch.dtype) else None
+
+
+@_pointwise("type_as")
+def _type_as(b, input, other):
+    # x.type_as(y) is x.type(y.type()): the type string carries y's device.
+    if not (is_tensor(input) and is_tensor(other)):
+        return None
+    if other.meta.get("device") != b.node.meta["device"]:
+        return None
+    return _to_dtype(b, input, val(other).dtype)
+
+
+@_pointwise("contiguous")
+def _contiguous(b, input, memory_format=torch.contiguous_format):
+    if not is_tensor(input) or memory_format is not torch.contiguous_format:
+        return None
+    if val(input).is_contiguous():
+        return input  # torch returns the tensor itself
+    return b(aten.clone.default, input, memory_format=torch.contiguous_format)
+
+
+@_pointwise(torch.clone, "clone")
+def _clone(b, input, *, memory_format=torch.preserve_format):
+    if not is_tensor(input) or not isinstance(memory_format, torch.memory_format):
+        return None
+    return b(aten.clone.default, input, memory_format=memory_format)
+
+
+# --------------------------------------------------------------------------------------------
+# reductions
+
+
+@RULES.register(torch.sum, "sum")
+def _sum(b, input, dim=None, keepdim=False, *, dtype=None):
+    if not is_tensor(input) or type(keepdim) is not bool:
+        return None
+    dims = normalize_dims(val(input).dim(), dim)
+    if dims is None or not b.out.dtype.is_floating_point:
+        return None  # integer and bool sums (int64 results) stay in torch
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype):
+            return None
+        input = b.convert(input, dtype)
+    # fp16/bf16 sums accumulate in fp32, like eager.
+    x = b.convert(input, compute_dtype(b.out.dtype))
+    return b.finish_reduction(b.sum(x, dims), dims, keepdim)
+
+
+def _extremum(op: Any):
+    def reduce(b, input, dim=(), keepdim=False):
+        if not is_tensor(input) or type(keepdim) is not bool:
+            return None
+        dims = normalize_dims(val(input).dim(), dim, empty_means_all=True)
+        if dims is None:
+            return None
+        return b.finish_reduction(b(op, input, dims, True), dims, keepdim)
+
+    return reduce
+
+
+RULES.register(torch.amax, "amax")(_extremum(aten.amax.default))
+RULES.register(torch.amin, "amin")(_extremum(aten.amin.default))
+
+
+def _arg_extremum(op: Any):
+    def reduce(b, input, dim=None, keepdim=False):
+        # Without a dim torch returns the index into the flattened tensor: left to torch.
+        if not is_tensor(input) or type(dim) is not int or type(keepdim) is not bool:
+            return None
+        dims = normalize_dims(val(input).dim(), dim)
+        if dims is None:
+            return None
+        r = b(op, input, dims[0], True)
+        return r if keepdim else b.squeeze(r, dims)
+
+    return reduce
+
+
+RULES.register(torch.argmax, "argmax")(_arg_extremum(aten.argmax.default))
+RULES.register(torch.argmin, "argmin")(_arg_extremum(aten.argmin.default))

@@ -1,0 +1,346 @@
+"""What the rewriting passes share: creating nodes with their meta values, a builder that
+replaces one node by a small computation, and rule tables keyed by call target.
+
+A *rule* is a function ``rule(b, <the call's own arguments>) -> Node | None``: Python binds the
+node's args and kwargs to the rule's parameters, so a rule is written with torch's parameter
+names and defaults (``def add(b, input, other, *, alpha=1)``) and a call that does not fit is
+simply not rewritten. The rule builds the replacement with ``b`` and returns it, or returns None
+to leave the node alone::
+
+    RULES = RuleTable()
+
+    @RULES.register(torch.exp, "exp")
+    def exp(b, input):
+        return b(aten.exp.default, input) if is_tensor(input) else None
+
+    apply_rules(graph, RULES)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from ..fx_ir import Graph, Node, map_arg
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------------
+# reading operands
+
+
+def val(x: Any) -> Any:
+    """The example value of a node (``meta["val"]``); None for anything else."""
+    return x.meta.get("val") if isinstance(x, Node) else None
+
+
+def is_tensor(x: Any) -> bool:
+    """A node whose example value is a dense (strided) tensor."""
+    v = val(x)
+    return isinstance(v, torch.Tensor) and v.layout is torch.strided
+
+
+def is_number(x: Any) -> bool:
+    """A Python int, float or bool (not a node, not complex, not a numpy scalar)."""
+    return type(x) in (int, float, bool)
+
+
+def is_float_tensor(x: Any) -> bool:
+    """A tensor node of a real floating-point dtype."""
+    return is_tensor(x) and val(x).dtype.is_floating_point
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype eager computes in: fp32 for fp16/bf16, the dtype itself otherwise."""
+    return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def normalize_dims(ndim: int, dim: Any, *, empty_means_all: bool = False) -> list[int] | None:
+    """``dim`` (None for all, an int, or a list/tuple of ints, possibly negative) as a sorted
+    list of distinct non-negative dims; None when it is anything else or out of range.
+
+    An empty list is refused unless ``empty_means_all`` (torch reads ``sum(x, [])`` as every dim
+    but the legacy rule is easy to get wrong, so it is left to torch)."""
+    if ndim == 0:
+        return None
+    if dim is None:
+        return list(range(ndim))
+    if type(dim) is int:
+        dims = [dim]
+    elif isinstance(dim, (list, tuple)) and all(type(d) is int for d in dim):
+        if not dim:
+            return list(range(ndim)) if empty_means_all else None
+        dims = list(dim)
+    else:
+        return None
+    out = []
+    for d in dims:
+        if not -ndim <= d < ndim:
+            return None
+        out.append(d % ndim)
+    if len(set(out)) != len(out):
+        return None
+    return sorted(out)
+
+
+def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape and the same strides wherever a stride matters (dims of size > 1)."""
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def rewritable(node: Node) -> bool:
+    """Whether a rewriting pass may replace ``node``: a call with a tensor result that does not
+    require grad (those keep their composite ops for autograd), no ``out=``, a known device, and
+    not kept only for its possible error (``meta["keep"]``)."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor) or v.requires_grad or v.layout is not torch.strided:
+        return False
+    return "out" not in node.kwargs and "device" in node.meta and not node.meta.get("keep")
+
+
+# --------------------------------------------------------------------------------------------
+# creating nodes
+
+
+def _short_name(target: Any) -> str:
+    # aten.add.Tensor -> "add": the overload name adds nothing to a variable name.
+    name = getattr(target, "__name__", None) or type(target).__name__
+    return name.split(".")[0]
+
+
+def emit(
+    graph: Graph,
+    target: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    like: Node,
+) -> Node:
+    """``graph.call_function(target, args, kwargs)`` at the current insertion point, with
+    ``meta["val"]`` computed by running ``target`` on the meta values of its inputs and
+    ``meta["device"]`` (and the user's ``stack``) taken from ``like``, the node being replaced.
+
+    The meta value is computed first, so an op that refuses its arguments raises (RuntimeError)
+    before anything is added to the graph. It runs without autograd: the passes only rewrite
+    nodes that do not require grad.
+    """
+    kwargs = kwargs or {}
+    meta_args = map_arg(args, lambda n: n.meta["val"])
+    meta_kwargs = map_arg(kwargs, lambda n: n.meta["val"])
+    with torch.no_grad():
+        value = target(*meta_args, **meta_kwargs)
+    node = graph.call_function(target, args, kwargs, name=_short_name(target))
+    node.meta["val"] = value
+    node.meta["device"] = like.meta["device"]
+    if "stack" in like.meta:
+        node.meta["stack"] = like.meta["stack"]
+    return node
+
+
+class Builder:
+    """Builds the replacement of one node, just before it, and swaps it in.
+
+    ``b(target, *args, **kwargs)`` emits one node; the methods below are shorthands for the
+    vocabulary. :meth:`replace` checks the result and makes it stand for the node;
+    :meth:`rollback` erases everything built so far.
+    """
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.graph = node.graph
+        self.created: list[Node] = []
+
+    def __call__(self, target: Any, *args: Any, **kwargs: Any) -> Node:
+        with self.graph.inserting_before(self.node):
+            new = emit(self.graph, target, args, kwargs, like=self.node)
+        self.created.append(new)
+        return new
+
+    # -- facts about the node being replaced -------------------------------------------------
+
+    @property
+    def out(self) -> torch.Tensor:
+        """The meta value of the node being replaced (what the replacement must match)."""
+        return self.node.meta["val"]
+
+    # -- shorthands --------------------------------------------------------------------------
+
+    def add(self, a: Any, b: Any) -> Node:
+        return self(aten.add.Tensor, a, b)
+
+    def sub(self, a: Any, b: Any) -> Node:
+        return self(aten.sub.Tensor, a, b)
+
+    def mul(self, a: Any, b: Any) -> Node:
+        return self(aten.mul.Tensor, a, b)
+
+    def div(self, a: Any, b: Any) -> Node:
+        return self(aten.div.Tensor, a, b)
+
+    def unary(self, name: str, x: Node) -> Node:
+        """``aten.<name>.default(x)``, e.g. ``b.unary("exp", x)``."""
+        return self(getattr(aten, name).default, x)
+
+    def convert(self, x: Node, dtype: torch.dtype) -> Node:
+        """``x`` in ``dtype``: x itself when it already is."""
+        if val(x).dtype == dtype:
+            return x
+        return self(prims.convert_element_type.default, x, dtype)
+
+    def upcast(self, x: Node) -> Node:
+        """fp16/bf16 to fp32 (what eager computes in); other dtypes unchanged."""
+        return self.convert(x, compute_dtype(val(x).dtype))
+
+    def sum(self, x: Node, dims: list[int]) -> Node:
+        return self(aten.sum.dim_IntList, x, dims, True)
+
+    def mean(self, x: Node, dims: list[int]) -> Node:
+        return self.div(self.sum(x, dims), math.prod(val(x).shape[d] for d in dims))
+
+    def squeeze(self, x: Node, dims: list[int]) -> Node:
+        return self(aten.squeeze.dims, x, dims)
+
+    def view(self, x: Node, shape: list[int]) -> Node:
+        return self(aten.view.default, x, shape)
+
+    def finish_reduction(self, r: Node, dims: list[int], keepdim: bool) -> Node:
+        """A keepdim reduction's result converted to the node's dtype, then squeezed unless the
+        user asked for keepdim (the squeeze is a view and comes last, after the compute)."""
+        r = self.convert(r, self.out.dtype)
+        return r if keepdim else self.squeeze(r, dims)
+
+    # -- swapping in ---------------------------------------------------------------------------
+
+    def rollback(self) -> None:
+        """Erase every node built so far (newest first); the graph is as it was."""
+        for new in reversed(self.created):
+            self.graph.erase_node(new)
+        self.created.clear()
+
+    def replace(self, result: Node) -> bool:
+        """Make ``result`` stand for the node and erase the node; True when done.
+
+        ``result`` must have the node's shape and dtype, otherwise everything built is rolled
+        back and False returned. Where its strides differ from the node's (a decomposition whose
+        eager op returns a contiguous tensor for a transposed input), a clone into the node's
+        memory format is added, so later views and the caller see eager's layout.
+        """
+        node, want = self.node, self.out
+        got = val(result)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+            self.rollback()
+            return False
+        if not same_layout(got, want):
+            if want.is_contiguous():
+                result = self(aten.clone.default, result, memory_format=torch.contiguous_format)
+            elif want.dim() == 4 and want.is_contiguous(memory_format=torch.channels_last):
+                result = self(aten.clone.default, result, memory_format=torch.channels_last)
+            else:
+                self.rollback()
+                return False
+        node.replace_all_uses_with(result)
+        self.graph.erase_node(node)
+        # A rule may build a node it ends up not using (dropout in eval returns its input).
+        for new in reversed(self.created):
+            if not new.users and not new.is_impure():
+                self.graph.erase_node(new)
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# rule tables
+
+
+Rule = Callable[..., "Node | None"]
+
+
+class RuleTable:
+    """Rules by call target: callables for call_function nodes, method names for call_method
+    nodes. Registering a method name also registers ``torch.Tensor.<name>`` (the same call in
+    function form)."""
+
+    def __init__(self) -> None:
+        self.rules: dict[Any, Rule] = {}
+
+    def register(self, *targets: Any) -> Callable[[Rule], Rule]:
+        def decorator(fn: Rule) -> Rule:
+            self.add(targets, fn)
+            return fn
+
+        return decorator
+
+    def add(self, targets: Iterable[Any], fn: Rule) -> None:
+        for target in targets:
+            if target is None:  # a function this torch does not have
+                continue
+            self.rules[target] = fn
+            if isinstance(target, str) and hasattr(torch.Tensor, target):
+                self.rules[getattr(torch.Tensor, target)] = fn
+
+    def lookup(self, node: Node) -> Rule | None:
+        if node.op not in ("call_function", "call_method"):
+            return None
+        if node.op == "call_method" and not isinstance(node.target, str):
+            return None
+        try:
+            return self.rules.get(node.target)
+        except TypeError:  # an unhashable callable has no rule
+            return None
+
+    def __contains__(self, target: Any) -> bool:
+        try:
+            return target in self.rules
+        except TypeError:
+            return False
+
+
+@functools.cache
+def _signature(fn: Rule) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def rewrite_node(node: Node, rule: Rule) -> bool:
+    """Apply ``rule`` to ``node``; True when the node was replaced."""
+    if not rewritable(node):
+        return False
+    b = Builder(node)
+    try:
+        bound = _signature(rule).bind(b, *node.args, **node.kwargs)
+    except TypeError:  # a call form the rule does not take: leave it to torch
+        return False
+    try:
+        result = rule(*bound.args, **bound.kwargs)
+    except RuntimeError:
+        # An op refused the meta arguments (an unsupported dtype, a shape aten rejects): the
+        # node stays as it was and runs in eager torch.
+        b.rollback()
+        return False
+    if result is None:
+        b.rollback()
+        return False
+    return b.replace(result)
+
+
+def apply_rules(graph: Graph, table: RuleTable) -> bool:
+    """Rewrite every node that has a rule in ``table``, in graph order; True if any changed."""
+    changed = False
+    for node in list(graph.nodes):
+        rule = table.lookup(node)
+        if rule is not None and rewrite_node(node, rule):
+            changed = True
+    return changed
