@@ -50,7 +50,8 @@ def make_compiler(backend: Any, options: Any = None) -> CompileFn:
             compiled = compile_graph(record, gm, example_inputs)
         except Exception as e:
             raise BackendError(
-                f"backend {record.name!r} failed to compile a graph:\n{gm.graph}"
+                f"backend {record.name!r} failed to compile a graph ({type(e).__name__}: {e}):"
+                f"\n{gm.graph}"
             ) from e
         return _never_captured(record, compiled)
 
