@@ -91,6 +91,11 @@ def display_name(target: Any) -> str:
     path = target_path(target)
     if path is not None:
         return path
+    if isinstance(target, torch._ops.OpOverload):
+        # aten::add.Tensor -> aten.add.Tensor (how it is written in code: torch.ops.aten...)
+        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return f"{target._qualified_op_name.replace('::', '.')}"
     module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     if qualname is None:

@@ -67,6 +67,8 @@ def _scalar_ok(a: Any) -> bool:
 
 
 def _tensor_ok(t: Any) -> bool:
+    """A value a kernel can produce: autograd does not track it (an output that requires grad
+    keeps its torch op, so autograd records it; parameters read under no_grad are fine)."""
     return (isinstance(t, torch.Tensor) and t.dtype in SUPPORTED_DTYPES and not t.requires_grad
             and t.layout == torch.strided)
 
@@ -104,7 +106,9 @@ def classify(node: Node) -> str | None:
         return None
     for a in (*node.args, *node.kwargs.values()):
         if isinstance(a, Node):
-            if not _tensor_ok(a.meta.get("val")):
+            val = a.meta.get("val")
+            if not (isinstance(val, torch.Tensor) and val.dtype in SUPPORTED_DTYPES
+                    and val.layout == torch.strided):
                 return None
     tensor_args = [a for a in node.args if isinstance(a, Node)]
     if not tensor_args:

@@ -118,6 +118,9 @@ class ReferenceLauncher:
     def name(self) -> str:
         return self.kernel.name
 
+    def __repr__(self) -> str:
+        return f"<kernel {self.kernel.name}>"
+
     def __call__(self, *inputs: torch.Tensor):
         args = list(inputs)
         if self.seed_index is not None:

@@ -164,6 +164,9 @@ class Launcher:
     def name(self) -> str:
         return self.kernel.name
 
+    def __repr__(self) -> str:
+        return f"<kernel {self.kernel.name}>"
+
     def _set_config(self, config: dict) -> None:
         self.config = config
         self.grid = (-(-self.xnumel // config["XBLOCK"]),)
