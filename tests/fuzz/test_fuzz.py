@@ -13,11 +13,23 @@ from .pool import Worker
 # Sized to take one to two minutes on a two-core machine.
 SEED = 20261123
 COUNT = 2000
+KERNEL_COUNT = 500
 
 
 @pytest.mark.fuzz
 def test_fixed_seed_sample():
-    summary = run_campaign(SEED, COUNT, jobs=2)
+    _check(run_campaign(SEED, COUNT, jobs=2))
+
+
+@pytest.mark.fuzz
+def test_fixed_seed_sample_through_generated_kernels(monkeypatch):
+    """The compiled side runs fusion groups as Triton kernels (the interpreter, on CPU)."""
+    monkeypatch.setenv("FRAMEJIT_FUZZ_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _check(run_campaign(SEED + 1, KERNEL_COUNT, jobs=2))
+
+
+def _check(summary):
     print(summary.line())
     assert summary.statuses["invalid"] == 0, "the generator made programs that cannot run"
     assert summary.statuses["harness-error"] == 0, summary.failures[:1]
