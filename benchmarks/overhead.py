@@ -113,6 +113,42 @@ def main():
         t = first_call_s(make, args, tc, reps) * 1e3
         print(f"{name:<12}{e:>9.2f}{f:>10.2f}{t:>15.2f}{t / f:>14.1f}x")
     print("  target: framejit's first call at least 5x faster than torch.compile's")
+    print()
+    launch_path(number)
+
+
+class _NoLaunch:
+    """Stands in for a Triton kernel: ``kernel[grid](...)`` does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def launch_path(number: int) -> None:
+    """framejit's own Python work per kernel launch on a cache hit (allocate the outputs, call
+    the kernel), with Triton's launch replaced by a no-op: what the launch path adds on top
+    of Triton's launcher. Measured without a GPU, on CPU tensors."""
+    from framejit.kernels.ir import Buffer, Kernel, Op
+    from framejit.kernels.triton_runtime import Launcher
+
+    f32 = torch.float32
+    kernel = Kernel("bench_add", (4, 4), (), [Buffer("in0", f32, (4, 1)), Buffer("in1", f32, (4, 1)),
+                                             Buffer("out0", f32, (4, 1), is_output=True)],
+                    [Op("load", ("in0",), f32), Op("load", ("in1",), f32), Op("add", (0, 1), f32),
+                     Op("store", ("out0", 2), f32)])
+    launcher = Launcher(kernel, [((4, 4), (4, 1), f32)], torch.device("cuda"), None)
+    launcher.device = torch.device("cpu")
+    launcher.fn = _NoLaunch()
+    launcher._set_config(launcher.configs[0])
+    launcher._build_fast()
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    alloc = per_call_us(lambda: torch.empty_strided((4, 4), (4, 1), dtype=f32), (), number)
+    ours = per_call_us(launcher, (x, y), number)
+    add = per_call_us(torch.add, (x, y), number)
+    print("Kernel launch path (µs per launch; Triton's launch replaced by a no-op, CPU tensors)")
+    print(f"{'framejit launch':<28}{ours:>8.2f}")
+    print(f"{'  of which output alloc':<28}{alloc:>8.2f}")
+    print(f"{'eager torch.add (reference)':<28}{add:>8.2f}")
 
 
 if __name__ == "__main__":
