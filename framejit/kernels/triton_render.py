@@ -173,8 +173,10 @@ class _Renderer:
         smaller shape would not take the level's mask)."""
         b = self.k.buffer(name)
         outer = self._dims_expr(self.k.outer_dims, "xindex", "x", b.strides)
-        if not self.reduction or level == OUTER:
-            return outer or "tl.zeros([XBLOCK, 1], tl.int32)" if self.reduction else outer or "tl.zeros([XBLOCK], tl.int32)"
+        if not self.reduction:
+            return outer or "tl.zeros([XBLOCK], tl.int32)"
+        if level == OUTER:
+            return outer or "tl.zeros([XBLOCK, 1], tl.int32)"
         inner = self._dims_expr(self.k.reduce_dims, "rindex", "r", b.strides)
         if outer and inner:
             return f"{outer} + {inner}"

@@ -52,6 +52,27 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:32]
 
 
+class KernelCompileError(RuntimeError):
+    """A kernel could not be built for its device (no config fits, a compiler error)."""
+
+
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "this kernel cannot be built here" (Triton's compiler errors,
+    out of resources), as opposed to errors of running it."""
+    errors: list[type[BaseException]] = [KernelCompileError]
+    try:
+        from triton.compiler.errors import CompilationError
+        errors.append(CompilationError)
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.errors import OutOfResources
+        errors.append(OutOfResources)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
 def interpreter_enabled() -> bool:
     """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1`` when triton was
     imported: Triton's own library functions are built for one mode at import time)."""
@@ -186,7 +207,6 @@ class Launcher:
 
     #: The group's torch ops (set by the pipeline): what runs if the kernel cannot compile.
     fallback = None
-    _use_fallback = False
 
     _fast = None
 
@@ -222,21 +242,30 @@ class Launcher:
     def _first_call(self, inputs: tuple):
         # Triton compiles at the first launch: a kernel this device cannot build runs as the
         # group's torch ops from then on, with a warning (never a wrong answer, never a crash).
+        # Only compile errors are caught: anything else (a signal handler's exception, an
+        # error of the launch itself) propagates.
         try:
             self._tune(inputs)
-            self._build_fast()
-            return self._fast(*inputs)
-        except Exception as e:
+            self._warmup(inputs)
+        except compile_errors() as e:
             if self.fallback is None:
                 raise
             import warnings
 
-            warnings.warn(f"framejit: kernel {self.name} failed to compile or launch on "
-                          f"{self.device} ({type(e).__name__}: {e}); its operations run as torch "
-                          f"ops instead", stacklevel=2)
-            self._use_fallback = True
+            warnings.warn(f"framejit: kernel {self.name} failed to compile on {self.device} "
+                          f"({type(e).__name__}: {e}); its operations run as torch ops instead",
+                          stacklevel=2)
             self._fast = self.fallback
             return self.fallback(*inputs)
+        self._build_fast()
+        return self._fast(*inputs)
+
+    def _warmup(self, inputs: tuple) -> None:
+        """Compile for these arguments without launching (the interpreter compiles nothing)."""
+        if self.interpret:
+            return
+        outs = self._allocate()
+        self.fn.warmup(*self._args(inputs), *outs, *self.scalars, grid=self.grid, **self.config)
 
     def _tune(self, inputs: tuple) -> None:
         t0 = time.perf_counter()
@@ -263,11 +292,11 @@ class Launcher:
             try:
                 ms = do_bench(lambda: self.fn[self.grid](*args, *outs, *self.scalars, **config),
                               warmup=5, rep=20)
-            except Exception:  # a config the device cannot run (out of resources)
+            except compile_errors():  # a config the device cannot run (out of resources)
                 continue
             timings.append((ms, config))
         if not timings:
-            raise RuntimeError(f"no launch config of kernel {self.name} runs on {self.device}")
+            raise KernelCompileError(f"no launch config of kernel {self.name} runs on {self.device}")
         return min(timings, key=lambda t: t[0])[1]
 
 

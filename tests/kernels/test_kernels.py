@@ -403,13 +403,32 @@ def test_a_kernel_that_cannot_compile_runs_as_torch_ops(device, monkeypatch):
     from framejit.kernels import triton_runtime
 
     def broken(self, inputs):
-        raise RuntimeError("out of resources")
+        raise triton_runtime.KernelCompileError("no launch config fits")
 
     monkeypatch.setattr(triton_runtime.Launcher, "_tune", broken)
     x = torch.randn(6, 10, device=device)
-    with pytest.warns(UserWarning, match="runs as torch ops|run as torch ops"):
+    with pytest.warns(UserWarning, match="failed to compile on .* run as torch ops instead"):
         got, backend = run_kernels(softmax, x)
     assert len(backend.kernels) == 1
     assert_close_to_eager(got, softmax(x))
     again = backend.compiled[0](x)
     assert_close_to_eager(again, (softmax(x),))
+
+
+def test_an_error_other_than_a_compile_error_propagates(device, monkeypatch):
+    """Only compile errors turn a kernel into torch ops; anything else (a signal handler's
+    exception, say) leaves the launcher as it is."""
+    from framejit.kernels import triton_runtime
+
+    x = torch.randn(6, 10, device=device)
+    _, backend = run_kernels(softmax, x)
+    (launcher,) = backend.kernels
+    launcher._fast = None  # as before its first call
+
+    def interrupted(self, inputs):
+        raise TimeoutError("a signal handler's exception")
+
+    monkeypatch.setattr(triton_runtime.Launcher, "_tune", interrupted)
+    with pytest.raises(TimeoutError):
+        launcher(x)
+    assert launcher._fast is None
