@@ -44,6 +44,7 @@ class Summary:
     statuses: Counter = field(default_factory=Counter)
     failures: list = field(default_factory=list)  # results with a FAILED status, with "seed"
     graphs: int = 0
+    kernels: int = 0
     with_graphs: int = 0  # programs where compiling put something in a graph
     avoid: tuple = ()
 
@@ -59,7 +60,7 @@ class Summary:
         return (f"fuzz: seed={self.seed} count={self.count} differences={self.differences} "
                 f"crashes={self.crashes} (timeouts {self.statuses['timeout']}) "
                 f"invalid={self.statuses['invalid'] + self.statuses['harness-error']} "
-                f"programs with graphs={self.with_graphs} graphs={self.graphs} "
+                f"programs with graphs={self.with_graphs} graphs={self.graphs} kernels={self.kernels} "
                 f"time={self.seconds:.0f}s" + (f" avoid={','.join(self.avoid)}" if self.avoid else ""))
 
 
@@ -106,6 +107,7 @@ def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
 def _record(summary: Summary, result: dict) -> None:
     summary.statuses[result["status"]] += 1
     summary.graphs += result.get("graphs", 0)
+    summary.kernels += result.get("kernels", 0)
     summary.with_graphs += bool(result.get("graphs"))
     if result["status"] in FAILED:
         summary.failures.append(result)

@@ -110,6 +110,7 @@ def run_program(source: str) -> dict:
     backend = os.environ.get("FRAMEJIT_FUZZ_BACKEND", "default")
     compiled = run_side(compiled_module, framejit.compile(compiled_module.f, backend=backend))
     graphs, fallbacks = stats.graphs, stats.eager_frames
+    kernels = framejit.stats()["kernels"]
     diffs = compare_records(eager, compiled)
     for module in (eager_module, compiled_module):
         sys.modules.pop(module.__name__, None)
@@ -121,4 +122,5 @@ def run_program(source: str) -> dict:
         "eager_exceptions": [r["exception"] for r in eager],
         "graphs": graphs,
         "fallbacks": fallbacks,
+        "kernels": kernels,
     }
