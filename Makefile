@@ -24,7 +24,7 @@ PIP312    := $(PY312) -m pip --disable-pip-version-check -q
 DEPS312   := $(VENV312)/.deps-stamp
 EXT312    := $(VENV312)/.ext-stamp
 
-.PHONY: setup setup312 demo test test-py test-hook test-fx bench lint clean fuzz
+.PHONY: setup setup312 demo test test-py test-hook test-fx test-gpu bench lint clean fuzz
 
 setup: $(EXT)
 
@@ -87,6 +87,17 @@ test-py:
 test-fx:
 	@echo "==== tests/capture tests/models tests/api through the torch.fx export (FRAMEJIT_TEST_BACKEND=fx) ===="
 	FRAMEJIT_TEST_BACKEND=fx $(PY) -m pytest tests/capture tests/models tests/api
+
+# On a machine with CUDA: the kernel and backend tests on CUDA tensors compiled for real (every
+# marker, slow ones too), then every test marked `gpu`. Without CUDA they all skip. Not part of
+# `make test`. On the device machine, tools/gpu_run.sh does the set-up and runs these; there,
+# `make test-gpu PY=.venv-gpu/bin/python` skips the .venv set-up (a PY given on the command line
+# is used as it is).
+test-gpu: $(if $(filter command line,$(origin PY)),,setup)
+	@status=0; \
+	FRAMEJIT_TEST_GPU=1 $(PY) -m pytest tests/kernels tests/backends -m "" -rfE || status=1; \
+	FRAMEJIT_TEST_GPU=1 $(PY) -m pytest tests -m gpu -rfE || status=1; \
+	exit $$status
 
 # The hook's own tests need no torch and run on every CPython 3.11+ that pyenv has.
 test-hook:

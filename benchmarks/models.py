@@ -1,10 +1,20 @@
 """Real models: graphs, graph breaks, first-call capture time and steady-state time per call,
-framejit against torch.compile(backend="eager") in the same run, relative to eager PyTorch.
+framejit against torch.compile in the same run, relative to eager PyTorch.
 
-    python benchmarks/models.py [--quick]
+    python benchmarks/models.py [--quick] [--device cpu|cuda] [--dtype bf16|fp16|fp32]
 
-The transformers models are built from small configs with random weights (nothing is
-downloaded). A training step (forward, loss, backward, SGD step, zero_grad) is included.
+``--device cpu`` (the default without CUDA): small models on the CPU, framejit against
+torch.compile(backend="eager"), i.e. capture cost and per-call overhead. A training step
+(forward, loss, backward, SGD step, zero_grad) is included.
+
+``--device cuda`` (the default with CUDA): forward only under torch.no_grad(), at realistic sizes
+(a GPT-2-small block and TinyGPT at batch 8, sequence 1024, width 768, 12 heads; GPT-2, BERT,
+Llama and T5 at batch 8, sequence 512), eager against framejit backend="default" (Triton
+kernels) against torch.compile(backend="inductor"), in bf16 unless --dtype says otherwise.
+Without CUDA, ``--device cuda`` says so and runs the same comparison on the CPU at tiny sizes,
+to exercise the code path.
+
+The transformers models are built from configs with random weights (nothing is downloaded).
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
-from models import GPTConfig, TinyGPT  # noqa: E402
+from models import Block, GPTConfig, TinyGPT  # noqa: E402
+from timing import first_call_s, fmt, time_ms, use_fresh_caches  # noqa: E402
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
@@ -95,8 +106,24 @@ def first_call_ms(model, args, kwargs, compile_fn) -> float:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (and layers on CUDA)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                    help="cpu: the capture-overhead comparison; cuda: forward-only against Inductor "
+                         "(default: cuda if available, else cpu)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                    help="model dtype for --device cuda (default bf16; fp32 on the CPU fallback)")
+    ap.add_argument("--warm-caches", action="store_true",
+                    help="--device cuda: keep the usual compile caches (first calls may be warm)")
     opts = ap.parse_args()
+    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda":
+        run_forward(opts)
+    else:
+        run_cpu(opts)
+
+
+def run_cpu(opts):
+    """Small models on the CPU: framejit against torch.compile(backend="eager")."""
     number = 5 if opts.quick else 30
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
@@ -132,6 +159,197 @@ def main():
           "Python); recomp: framejit's recompiles over all the timed calls; tc graphs: "
           "torch._dynamo.explain's graph count. fj/eager, tc/eager: steady-state time per call "
           "relative to eager (lower is better).")
+
+
+# -- --device cuda: forward only, against Inductor ----------------------------------------------
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _forward_cases(tiny: bool, quick: bool):
+    """(name, make model, args builder, kwargs builder); builders take (device, dtype)."""
+    if tiny:  # no CUDA: the sizes of the CPU cases, to exercise the code path
+        batch, seq, width, heads, layers, tseq = 2, 16, 64, 4, 2, 16
+        vocab = {"gpt": 256, "gpt2": 128, "bert": 128, "llama": 128, "t5": 128}
+        llama_width, llama_heads, llama_kv, llama_ff = 64, 4, 2, 128
+    else:
+        batch, seq, width, heads, layers, tseq = 8, 1024, 768, 12, (4 if quick else 12), 512
+        vocab = {"gpt": 50304, "gpt2": 50257, "bert": 30522, "llama": 32000, "t5": 32128}
+        llama_width, llama_heads, llama_kv, llama_ff = 1024, 16, 4, 2816
+    gpt = GPTConfig(vocab_size=vocab["gpt"], block_size=seq, n_layer=layers, n_head=heads,
+                    n_embd=width)
+
+    def hidden(device, dtype):
+        return (torch.randn(batch, seq, width, device=device, dtype=dtype),)
+
+    def tokens(n_vocab, length):
+        return lambda device, dtype: (torch.randint(0, n_vocab, (batch, length), device=device),)
+
+    def no_kwargs(device, dtype):
+        return {}
+
+    cases = [
+        (f"GPT block ({width})", lambda: Block(gpt), hidden, no_kwargs),
+        (f"TinyGPT ({layers}L)", lambda: TinyGPT(gpt), tokens(vocab["gpt"], seq), no_kwargs),
+    ]
+    try:
+        import transformers as T
+    except ImportError:
+        return cases
+    t5_decoder = tokens(vocab["t5"], tseq)
+    cases += [
+        (f"GPT-2 ({layers}L)", lambda: T.GPT2LMHeadModel(T.GPT2Config(
+            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab["gpt2"], n_positions=max(tseq, 64))),
+         tokens(vocab["gpt2"], tseq), no_kwargs),
+        (f"BERT ({layers}L)", lambda: T.BertModel(T.BertConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            intermediate_size=4 * width, vocab_size=vocab["bert"], max_position_embeddings=max(tseq, 64))),
+         tokens(vocab["bert"], tseq), no_kwargs),
+        (f"Llama ({layers}L)", lambda: T.LlamaForCausalLM(T.LlamaConfig(
+            num_hidden_layers=layers, hidden_size=llama_width, num_attention_heads=llama_heads,
+            num_key_value_heads=llama_kv, intermediate_size=llama_ff, vocab_size=vocab["llama"],
+            max_position_embeddings=max(tseq, 64))),
+         tokens(vocab["llama"], tseq), no_kwargs),
+        (f"T5 ({layers}L)", lambda: T.T5Model(T.T5Config(
+            num_layers=layers, d_model=width, num_heads=heads, d_ff=4 * width, d_kv=width // heads,
+            vocab_size=vocab["t5"])),
+         tokens(vocab["t5"], tseq), lambda device, dtype: {"decoder_input_ids": t5_decoder(device, dtype)[0]}),
+    ]
+    return cases
+
+
+def _first_tensor(out):
+    """The main output of a model call (logits or last hidden state)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    for item in out:
+        found = _first_tensor(item) if isinstance(item, (tuple, list)) or hasattr(item, "to_tuple") else item
+        if isinstance(found, torch.Tensor):
+            return found
+    return None
+
+
+def _rel_error(out, ref) -> float | None:
+    out, ref = _first_tensor(out), _first_tensor(ref)
+    if out is None or ref is None or out.shape != ref.shape:
+        return None
+    out, ref = out.double(), ref.double()
+    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+
+
+def _forward_row(name, model, args, kwargs, device, quick):
+    row = {"name": name, "notes": []}
+    call = lambda m: (lambda: m(*args, **kwargs))  # noqa: E731
+    reference = model(*args, **kwargs)
+    row["eager_ms"] = time_ms(call(model), device, quick=quick)
+
+    try:
+        framejit.reset()
+        compiled = framejit.compile(model)  # backend="default": Triton kernels on CUDA tensors
+        row["fj_first_s"], out = first_call_s(compiled, args, kwargs, device)
+        s = framejit.stats()
+        row.update(graphs=s["graphs"], breaks=s["graph_breaks"], fallbacks=s["fallbacks"],
+                   kernels=s["kernels"], err=_rel_error(out, reference))
+        del out
+        row["fj_ms"] = time_ms(call(compiled), device, quick=quick)
+        row["recompiles"] = framejit.stats()["recompiles"]
+    except Exception as e:  # report and go on with the other models
+        row["notes"].append(f"framejit: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    del reference
+
+    try:
+        torch._dynamo.reset()
+        inductor = torch.compile(model, backend="inductor")
+        row["ind_first_s"], _ = first_call_s(inductor, args, kwargs, device)
+        row["ind_ms"] = time_ms(call(inductor), device, quick=quick)
+    except Exception as e:
+        row["notes"].append(f"inductor: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return row
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def run_forward(opts):
+    """Forward only under no_grad: eager, framejit backend="default", Inductor."""
+    cuda = torch.cuda.is_available()
+    if cuda:
+        device = torch.device("cuda")
+        device_name = torch.cuda.get_device_name()
+        dtype = DTYPES[opts.dtype or "bf16"]
+    else:
+        print("CUDA is not available: running the forward-only comparison (eager, framejit "
+              "backend='default', Inductor) on the CPU at tiny sizes to exercise the code path. "
+              "backend='default' runs eager torch on CPU tensors, so no kernels are generated.")
+        device, device_name = torch.device("cpu"), "cpu"
+        dtype = DTYPES[opts.dtype or "fp32"]
+        opts.quick = True
+        torch.set_num_threads(1)  # see benchmarks/kernels.py: thread wake-ups swamp tiny ops
+    warnings.filterwarnings("ignore")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # tiny vocabularies trip config warnings
+    except ImportError:
+        pass
+    caches = "usual" if opts.warm_caches else "fresh, " + use_fresh_caches()
+    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, device {device_name}, "
+          f"dtype {str(dtype).removeprefix('torch.')}, caches: {caches}")
+    # Import and initialise both compilers once, outside the timed first calls.
+    warm = torch.randn(8, 8, device=device)
+    for name, compiler in (("framejit", framejit.compile),
+                           ("torch.compile", lambda f: torch.compile(f, backend="inductor"))):
+        try:
+            compiler(lambda x: (x * 2).relu())(warm)
+        except Exception as e:  # the per-model rows report it again
+            print(f"note: {name} failed on a warm-up function: {type(e).__name__}: {e}")
+    framejit.reset()
+    torch._dynamo.reset()
+    rows = []
+    t0 = time.perf_counter()
+    for name, make, make_args, make_kwargs in _forward_cases(tiny=not cuda, quick=opts.quick):
+        torch.manual_seed(0)
+        try:
+            model = make().to(device=device, dtype=dtype).eval()
+            args, kwargs = make_args(device, dtype), make_kwargs(device, dtype)
+            with torch.no_grad():
+                row = _forward_row(name, model, args, kwargs, device, opts.quick)
+        except Exception as e:  # building or running the model eagerly failed (out of memory, say)
+            row = {"name": name, "notes": [f"eager: {type(e).__name__}: {e}"]}
+        rows.append(row)
+        print(f"  {name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+        model = args = kwargs = None
+        if cuda:
+            torch.cuda.empty_cache()
+
+    print()
+    print(f"{'model':<18}{'eager ms':>10}{'fj ms':>9}{'ind ms':>9}{'fj/eager':>10}{'fj/ind':>8}"
+          f"{'1st fj s':>10}{'1st ind s':>11}{'ind/fj 1st':>11}{'graphs':>8}{'breaks':>8}{'kernels':>9}"
+          f"{'recomp':>8}{'rel err':>9}")
+    for r in rows:
+        g = r.get
+        print(f"{r['name']:<18}{fmt(g('eager_ms'), '.2f', 10)}{fmt(g('fj_ms'), '.2f', 9)}"
+              f"{fmt(g('ind_ms'), '.2f', 9)}{fmt(_ratio(g('fj_ms'), g('eager_ms')), '.2f', 10)}"
+              f"{fmt(_ratio(g('fj_ms'), g('ind_ms')), '.2f', 8)}{fmt(g('fj_first_s'), '.2f', 10)}"
+              f"{fmt(g('ind_first_s'), '.2f', 11)}{fmt(_ratio(g('ind_first_s'), g('fj_first_s')), '.1f', 11)}"
+              f"{fmt(g('graphs'), 'd', 8)}{fmt(g('breaks'), 'd', 8)}{fmt(g('kernels'), 'd', 9)}"
+              f"{fmt(g('recompiles'), 'd', 8)}{fmt(g('err'), '.1e', 9)}")
+    print("ms: median time per forward call; fj/eager, fj/ind: time ratios (lower: framejit faster); "
+          "1st: first call, capture + compile + tuning, synchronized (caches cold unless "
+          "--warm-caches); ind/fj 1st > 1: framejit compiles faster; graphs/breaks/kernels: framejit's "
+          "counts on the first call; recomp: over all timed calls; rel err: ‖framejit − eager‖/‖eager‖ "
+          "of the main output.")
+    notes = [(r["name"], n) for r in rows for n in r["notes"]]
+    fallbacks = [r["name"] for r in rows if r.get("fallbacks")]
+    if fallbacks:
+        print(f"frames that ran as plain Python (framejit fallbacks): {', '.join(fallbacks)}")
+    if notes:
+        print("Failures:")
+        for name, n in notes:
+            print(f"  {name}: {n[:300]}")
 
 
 class _null:

@@ -1,0 +1,120 @@
+"""Timing helpers shared by benchmarks/kernels.py and the CUDA mode of benchmarks/models.py.
+
+On CUDA, times come from device events (``triton.testing.do_bench``, median, L2 flushed between
+repeats); on the CPU, from ``time.perf_counter`` (median of repeats). Every figure is taken after
+warm-up, so compilation and lazy initialisation stay out of it; first calls are timed separately
+by :func:`first_call_s`.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+
+def synchronize(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_ms(fn, device: torch.device | str, *, quick: bool = False) -> float:
+    """Median milliseconds per ``fn()`` after warm-up."""
+    if torch.device(device).type == "cuda":
+        return _cuda_ms(fn, warmup=10 if quick else 25, rep=40 if quick else 200)
+    return _cpu_ms(fn, repeat=5 if quick else 15)
+
+
+def _cuda_ms(fn, warmup: int, rep: int) -> float:
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        return _cuda_event_ms(fn, warmup, rep)
+    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _cuda_event_ms(fn, warmup_ms: int, rep_ms: int) -> float:
+    """do_bench's method without triton: events around each call, median (no L2 flush)."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    times = []
+    for _ in range(max(5, int(rep_ms / estimate))):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _cpu_ms(fn, repeat: int) -> float:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t0
+    number = max(1, int(0.02 / max(once, 1e-7)))  # about 20 ms per repeat
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times) * 1e3
+
+
+def first_call_s(fn, args, kwargs=None, device: torch.device | str = "cpu"):
+    """(seconds, result) of the first call of a freshly compiled ``fn``: capture, compilation
+    and tuning included, the device synchronized before the clock stops."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    out = fn(*args, **(kwargs or {}))
+    synchronize(device)
+    return time.perf_counter() - t0, out
+
+
+def copy_gbps(device: torch.device | str, numel: int) -> float:
+    """Device copy bandwidth: GB/s of ``dst.copy_(src)`` on fp32, bytes read + bytes written."""
+    src = torch.randn(numel, device=device)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device)
+    return 2 * src.nbytes / ms / 1e6
+
+
+def use_fresh_caches() -> str:
+    """Point Triton's, Inductor's and framejit's disk caches at a new empty folder, so first
+    calls are cold compiles for both compilers. Call before anything is compiled; returns the
+    folder."""
+    root = tempfile.mkdtemp(prefix="framejit-bench-")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
+    os.environ["FRAMEJIT_CACHE_DIR"] = os.path.join(root, "framejit")
+    return root
+
+
+def gbps(nbytes: int, ms: float | None) -> float | None:
+    return None if ms is None or ms <= 0 else nbytes / ms / 1e6
+
+
+def fmt_rate(value: float | None, width: int) -> str:
+    """A GB/s figure with about three significant digits (CPU checks give small ones)."""
+    if value is None:
+        return f"{'-':>{width}}"
+    spec = ".0f" if value >= 100 else ".1f" if value >= 10 else ".2f"
+    return f"{value:>{width}{spec}}"
+
+
+def fmt(value: float | None, spec: str, width: int) -> str:
+    """``value`` formatted to ``width`` columns, or a dash when it is missing."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"
