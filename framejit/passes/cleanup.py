@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -92,9 +93,74 @@ def _storages(value: Any) -> set[StorageWeakRef]:
     return found
 
 
+#: Results that never share memory with an operand (torch-level functions and methods as
+#: captured; aten overloads say so in their schema). Anything not listed may be a view.
+_FRESH_FUNCTIONS = frozenset({
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+    operator.mod, operator.pow, operator.matmul, operator.neg, operator.pos, operator.abs,
+    operator.invert, operator.and_, operator.or_, operator.xor, operator.lt, operator.le,
+    operator.gt, operator.ge, operator.eq, operator.ne,
+    torch.add, torch.sub, torch.mul, torch.div, torch.exp, torch.log, torch.sqrt, torch.rsqrt,
+    torch.tanh, torch.sigmoid, torch.relu, torch.abs, torch.neg, torch.sin, torch.cos,
+    torch.matmul, torch.bmm, torch.mm, torch.sum, torch.mean, torch.softmax, torch.where,
+    torch.maximum, torch.minimum, torch.clamp, torch.erf, torch.pow, torch.cat, torch.stack,
+    torch.nn.functional.relu, torch.nn.functional.gelu, torch.nn.functional.silu,
+    torch.nn.functional.softmax, torch.nn.functional.log_softmax, torch.nn.functional.layer_norm,
+    torch.nn.functional.linear, torch.nn.functional.sigmoid, torch.nn.functional.tanh,
+})
+_FRESH_METHODS = frozenset({
+    "add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs",
+    "neg", "sin", "cos", "pow", "sum", "mean", "amax", "amin", "softmax", "log_softmax",
+    "matmul", "clone", "__add__", "__sub__", "__mul__", "__truediv__", "__neg__",
+})
+
+
+def may_alias_operand(node: Node) -> bool:
+    """Whether the node's result may share memory with one of its tensor operands (a view,
+    ``detach``, ``.to`` of the same dtype, ...). Conservative: unknown calls may."""
+    target = node.target
+    if node.op == "call_method":
+        return target not in _FRESH_METHODS
+    if node.op != "call_function":
+        return node.op == "call_module"
+    if isinstance(target, torch._ops.OpOverload):
+        return any(r.alias_info is not None for r in target._schema.returns)
+    try:
+        return target not in _FRESH_FUNCTIONS
+    except TypeError:
+        return True
+
+
+class _AliasClasses:
+    """Nodes grouped by the memory their results may share, from the graph's structure (a
+    result that may alias an operand joins the operand's class). The meta values' storages
+    cannot be trusted alone: capture reuses meta results of repeated identical ops."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.parent: dict[Node, Node] = {}
+        for node in graph.nodes:
+            if node.op in ("call_function", "call_method", "call_module") and may_alias_operand(node):
+                for inp in node.all_input_nodes:
+                    self.union(node, inp)
+
+    def find(self, node: Node) -> Node:
+        root = node
+        while self.parent.get(root, root) is not root:
+            root = self.parent[root]
+        while node is not root:
+            self.parent[node], node = root, self.parent.get(node, node)
+        return root
+
+    def union(self, a: Node, b: Node) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[ra] = rb
+
+
 class _Memory:
     """Which storages the graph writes to (mutated) or returns (escaping), and which get_attr
-    targets it writes to."""
+    targets it writes to. Both the meta values' storages and the graph's structure
+    (:class:`_AliasClasses`) are consulted; either one saying "shared" is enough."""
 
     def __init__(self, graph: Graph) -> None:
         self.mutated: set[StorageWeakRef] = set()
@@ -102,26 +168,37 @@ class _Memory:
         self.mutated_attrs: set[str] = set()
         self.writes = False  # whether any node may write to a tensor
         self.unknown = False  # a write whose target has no meta value: anything may change
+        self.classes = _AliasClasses(graph)
+        self.mutated_classes: set[Node] = set()
+        self.escaping_classes: set[Node] = set()
         external: set[StorageWeakRef] = set()
+        external_nodes: list[Node] = []
         for node in graph.nodes:
             if node.op in ("placeholder", "get_attr"):
                 external |= _storages(node.meta.get("val"))
+                external_nodes.append(node)
             elif node.op == "output":
                 self.escaping |= _storages(map_aggregate(node.args, _meta_of))
+                self.escaping_classes |= {self.classes.find(n) for n in node.all_input_nodes}
             elif _mutates(node):
                 self.writes = True
                 self.mutated |= _storages(node.meta.get("val"))
+                self.mutated_classes.add(self.classes.find(node))
                 for inp in node.all_input_nodes:
                     if "val" not in inp.meta:
                         self.unknown = True
                     self.mutated |= _storages(inp.meta.get("val"))
-        if self.mutated & external:
+                    self.mutated_classes.add(self.classes.find(inp))
+        external_classes = {self.classes.find(n) for n in external_nodes}
+        if self.mutated & external or self.mutated_classes & external_classes:
             # Inputs and attributes are distinct tensors in the meta values, but at run time one
             # may be a view of another: a write to one of them may change any of them.
             self.mutated |= external
+            self.mutated_classes |= external_classes
         if self.writes:
             for node in graph.nodes:
-                if node.op == "get_attr" and _storages(node.meta.get("val")) & self.mutated:
+                if node.op == "get_attr" and (_storages(node.meta.get("val")) & self.mutated
+                                              or self.classes.find(node) in self.mutated_classes):
                     self.mutated_attrs.add(node.target)
 
     def written(self, node: Node) -> bool:
@@ -131,7 +208,8 @@ class _Memory:
             return False
         if self.unknown or "val" not in node.meta:
             return True
-        return bool(_storages(node.meta["val"]) & self.mutated)
+        return (bool(_storages(node.meta["val"]) & self.mutated)
+                or self.classes.find(node) in self.mutated_classes)
 
     def reads_written(self, node: Node) -> bool:
         """Whether the node reads memory the graph may write to."""
@@ -141,7 +219,13 @@ class _Memory:
         """Whether the node's result (or a view of it) is returned."""
         if any(user.op == "output" for user in node.users):
             return True
-        return bool(_storages(node.meta.get("val")) & self.escaping)
+        return (bool(_storages(node.meta.get("val")) & self.escaping)
+                or self.classes.find(node) in self.escaping_classes)
+
+    def now_escapes(self, node: Node) -> None:
+        """``node`` takes over the uses of a returned twin: it is returned from now on."""
+        self.escaping |= _storages(node.meta.get("val"))
+        self.escaping_classes.add(self.classes.find(node))
 
 
 def _meta_of(x: Any) -> Any:
@@ -221,7 +305,7 @@ def cse(graph: Graph) -> bool:
             if memory.escapes(first):
                 continue
             # From now on the first node is returned too.
-            memory.escaping |= _storages(first.meta.get("val"))
+            memory.now_escapes(first)
         node.replace_all_uses_with(first)
         graph.erase_node(node)
         changed = True

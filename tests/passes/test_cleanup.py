@@ -264,3 +264,60 @@ def test_fold_constants_skips_constants_written_by_the_graph():
     with_meta(g, root, torch.randn(4))
     # Aliasing of two get_attr nodes of one target is read from the target's name.
     assert not fold_constants(g, root)
+
+
+def test_cse_keeps_returned_views_of_twins_apart():
+    """Found by the fuzzer through kernels: ``[(a * t).detach() for _ in range(2)]`` returned
+    two tensors sharing storage. Capture reuses meta results of repeated ops, so the second
+    ``detach``'s meta value is not a view of the second product: aliasing must also come from
+    the graph's structure."""
+    import framejit
+    from framejit.backends import register_backend
+    from framejit.passes import run_passes
+
+    graphs = []
+
+    def rec(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward_fn
+
+    register_backend("cse_views_recorder", rec, replace=True)
+
+    def f(a, t):
+        return [(a * t).detach() for _ in range(2)]
+
+    a, t = torch.randn(3), torch.randn(3)
+    framejit.compile(f, backend="cse_views_recorder")(a, t)
+    (gm,) = graphs
+    graph = gm.graph.copy()
+    run_passes(graph, {}, lint=True)
+    from framejit.fx_ir import GraphModule
+
+    out = GraphModule({}, graph)(a, t)
+    assert out[0].untyped_storage().data_ptr() != out[1].untyped_storage().data_ptr()
+    torch.testing.assert_close(out[0], a * t)
+
+
+def test_cse_does_not_merge_a_result_written_through_a_view():
+    import framejit
+    from framejit.backends import register_backend
+    from framejit.fx_ir import GraphModule
+    from framejit.passes import run_passes
+
+    graphs = []
+    register_backend("cse_write_recorder", lambda gm, ex: graphs.append(gm) or gm.forward_fn,
+                     replace=True)
+
+    def f(x):
+        a = x * 2
+        a.view(-1).add_(1)
+        b = x * 2
+        return a, b
+
+    x = torch.randn(2, 3)
+    framejit.compile(f, backend="cse_write_recorder")(x)
+    graph = graphs[0].graph.copy()
+    run_passes(graph, {}, lint=True)
+    a, b = GraphModule({}, graph)(x)
+    torch.testing.assert_close(a, x * 2 + 1)
+    torch.testing.assert_close(b, x * 2)
