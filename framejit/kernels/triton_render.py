@@ -74,9 +74,25 @@ def tl_dtype(dtype: torch.dtype) -> str:
         raise NotImplementedError(f"no Triton type for {dtype}") from None
 
 
+#: The largest reduced extent kept in registers when the reduced dimension is not the
+#: contiguous one (a column sum): such rows are loaded across many cache lines.
+OUTER_PERSISTENT_LIMIT = 64
+
+
+def is_inner_reduction(kernel: Kernel) -> bool:
+    """Whether the inputs are contiguous along the (last) reduced dimension, the common case
+    (softmax, norms over the last dim); otherwise the reduction runs across rows."""
+    last = kernel.reduce_dims[-1]
+    strided = [b.strides[last] for b in kernel.inputs if b.strides[last] != 0]
+    return not strided or any(s == 1 for s in strided)
+
+
 def is_persistent(kernel: Kernel) -> bool:
     rnumel = product(kernel.reduce_sizes)
-    return isinstance(rnumel, int) and rnumel <= PERSISTENT_LIMIT
+    if not isinstance(rnumel, int):
+        return False
+    limit = PERSISTENT_LIMIT if is_inner_reduction(kernel) else min(OUTER_PERSISTENT_LIMIT, PERSISTENT_LIMIT)
+    return rnumel <= limit
 
 
 def render(kernel: Kernel) -> str:

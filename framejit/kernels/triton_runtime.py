@@ -147,8 +147,16 @@ def configs(kernel: Kernel, interpret: bool) -> list[dict]:
             if elems >= 2048:
                 out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, warps * 2)})
         return out
+    inner = triton_render.is_inner_reduction(kernel)
     if interpret:
-        return [{"XBLOCK": 1, "RBLOCK": _next_pow2(triton_render.PERSISTENT_LIMIT)}]
+        if inner:
+            return [{"XBLOCK": 1, "RBLOCK": _next_pow2(triton_render.PERSISTENT_LIMIT)}]
+        return [{"XBLOCK": min(_next_pow2(xnumel), 1024), "RBLOCK": 16}]
+    if not inner:
+        # Across rows: neighbouring outputs are neighbours in memory, so a block spans many
+        # outputs (coalesced) and a few reduced rows at a time.
+        return [{"XBLOCK": x, "RBLOCK": r, "num_warps": w} for x, r, w in
+                ((64, 8, 4), (128, 8, 4), (32, 16, 4), (64, 16, 8), (256, 4, 8))]
     return [{"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4},
             {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
 

@@ -200,6 +200,10 @@ def test_each_reduction_over_each_dim(name, dim, reduction_kind, device):
     backend = check(lambda x: op(A.mul.Tensor(x, 2.0), dim), x, kernels=1)
     looped = "for roffset in range(0, rnumel, RBLOCK)" in backend.kernels[0].source
     assert looped == (reduction_kind == "looped" and x.shape[dim] > 16)
+    # Reductions across rows loop beyond 64 elements even where rows fit in registers.
+    y = torch.randn(100, 3, device=device)
+    backend = check(lambda y: op(A.mul.Tensor(y, 2.0), 0), y, kernels=1)
+    assert "for roffset" in backend.kernels[0].source
 
 
 @pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "sum"])
