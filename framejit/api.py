@@ -7,9 +7,8 @@ import types
 
 import torch
 
-from . import _C
+from . import _C, compiler
 from .capture import convert_frame as cf
-from . import compiler
 from .compiler import make_compiler
 from .config import make_options
 

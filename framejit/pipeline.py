@@ -73,7 +73,7 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     launches = []
     names: set[str] = set()
-    for index, group in enumerate(groups):
+    for group in groups:
         launch = _lower(group, _unique(_kernel_name(group), names), launcher)
         if launch is not None:
             launches.append(launch)
@@ -143,7 +143,7 @@ def _rebuild(graph: Graph, launches: list) -> Graph:
     last node was; nodes that used a group value before that point move after it (a
     lexicographic topological order, so nothing moves across an in-place or random op)."""
     unit_of: dict[Node, Any] = {}
-    for k, (launcher, lowered, group) in enumerate(launches):
+    for k, (_, _, group) in enumerate(launches):
         for node in group.nodes:
             unit_of[node] = ("kernel", k)
     order = {node: i for i, node in enumerate(graph.nodes)}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -49,7 +49,7 @@ class Sym:
         return self.name
 
 
-Expr = Union[int, Sym]
+Expr = int | Sym
 
 FULL = "full"
 OUTER = "outer"

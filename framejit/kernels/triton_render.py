@@ -167,7 +167,7 @@ class _Renderer:
             if expect == st:
                 return flat if inner == 1 else f"{flat} * {inner}"
         terms = []
-        for i, (d, s) in enumerate(zip(dims, st)):
+        for d, s in zip(dims, st):
             if s == 0:
                 continue
             var = f"{prefix}{d}"

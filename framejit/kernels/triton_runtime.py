@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .ir import Kernel, product
 from . import triton_render
+from .ir import Kernel, product
 from .triton_render import is_persistent, render
 
 #: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
@@ -298,7 +298,8 @@ class Launcher:
         for config in self.configs:
             self._set_config(config)
             try:
-                ms = do_bench(lambda: self.fn[self.grid](*args, *outs, *self.scalars, **config),
+                run = self.fn[self.grid]
+                ms = do_bench(lambda run=run, config=config: run(*args, *outs, *self.scalars, **config),
                               warmup=5, rep=20)
             except compile_errors():  # a config the device cannot run (out of resources)
                 continue

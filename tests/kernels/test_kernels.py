@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import framejit
-
 from framejit.kernels import triton_render
 from framejit.testing import assert_close_to_eager
 

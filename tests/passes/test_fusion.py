@@ -97,7 +97,7 @@ def test_siblings_reading_one_input_share_a_kernel():
 def test_random_graphs_never_produce_cyclic_groups():
     rng = random.Random(0)
     unary = [A.exp.default, A.neg.default, A.relu.default]
-    for trial in range(40):
+    for _ in range(40):
         def fn(g, x, w):
             values = [x]
             for _ in range(12):
