@@ -37,7 +37,7 @@ $(DEPS): pyproject.toml Makefile
 
 # Rebuilds the C extension (editable install) whenever its source changes. Each venv builds its
 # own framejit/_C.cpython-3XX-*.so in place; the two live side by side.
-$(EXT): $(DEPS) csrc/eval_frame.c
+$(EXT): $(DEPS) csrc/eval_frame.c csrc/claunch.c
 	$(PIP) install --no-build-isolation --no-deps -e '.[test]'
 	@touch $@
 
@@ -55,7 +55,7 @@ $(DEPS312): pyproject.toml Makefile
 	$(PIP312) install numpy "bytecode>=0.15" networkx pytest transformers
 	@touch $@
 
-$(EXT312): $(DEPS312) csrc/eval_frame.c
+$(EXT312): $(DEPS312) csrc/eval_frame.c csrc/claunch.c
 	$(PIP312) install --no-build-isolation --no-deps -e '.[test]'
 	@touch $@
 endif

@@ -13,6 +13,8 @@ Backends:
     ``"default"``  Triton kernels for CUDA tensors, eager for CPU tensors (until the C renderer);
     ``"triton"``   Triton kernels for every tensor; on CPU tensors Triton's interpreter runs them,
                    which is slow and meant for tests;
+    ``"c"``        C kernels (compiled with the system C compiler) for CPU tensors, Triton kernels
+                   for CUDA tensors;
     any registered name or a callable ``(torch.fx.GraphModule, example_inputs) -> callable``.
 
 Example::
@@ -88,7 +90,7 @@ def reset_stats() -> None:
 
 def kernel_devices(backend_name: str) -> frozenset[str]:
     """The device types whose tensors get generated kernels under a built-in backend."""
-    if backend_name == "triton":
+    if backend_name in ("triton", "c"):
         return frozenset({"cuda", "cpu"})
     return frozenset({"cuda"})
 
@@ -120,5 +122,18 @@ def triton_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
     return compile_with_kernels(gm, example_inputs, kernel_devices("triton"))
 
 
+def c_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
+    """C kernels for fusion groups on CPU tensors, Triton kernels for those on CUDA tensors.
+    Without a C compiler it raises (:class:`~framejit.kernels.c_runtime.CCompilerMissing`),
+    which capture turns into a plain-Python fallback with a warning naming what is missing."""
+    from .kernels.c_runtime import CLauncher
+    from .kernels.triton_runtime import Launcher
+    from .pipeline import compile_with_kernels
+
+    return compile_with_kernels(gm, example_inputs, kernel_devices("c"),
+                                launcher={"cpu": CLauncher, "cuda": Launcher})
+
+
 register_backend("default", default_backend, replace=True)
 register_backend("triton", triton_backend)
+register_backend("c", c_backend)

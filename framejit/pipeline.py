@@ -15,7 +15,7 @@ The captured graph itself is not changed (explain and dumps show it as captured)
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import networkx as nx
@@ -62,11 +62,18 @@ def run_passes(graph: Graph, constants: dict | None, lint: bool = False) -> None
 
 
 def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterable[str],
-                         *, lint: bool = False, launcher: type = Launcher) -> Callable[..., Any]:
+                         *, lint: bool = False,
+                         launcher: type | Mapping[str, type] = Launcher) -> Callable[..., Any]:
     """The compiled function of ``gm``: fusion groups on ``devices`` run as generated kernels.
 
-    ``launcher`` builds the callable of each kernel: the Triton :class:`Launcher`, or
-    ``kernels.reference.ReferenceLauncher`` to run the descriptions in torch (tests)."""
+    ``launcher`` builds the callable of each kernel: the Triton :class:`Launcher`, the C
+    ``kernels.c_runtime.CLauncher``, ``kernels.reference.ReferenceLauncher`` to run the
+    descriptions in torch (tests), or a mapping from device type to one of them
+    (``{"cpu": CLauncher, "cuda": Launcher}``)."""
+    if isinstance(launcher, Mapping):
+        by_device = dict(launcher)
+        launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731
+            kernel, outputs, device, seed_index)
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
     run_passes(graph, constants, lint=lint)

@@ -19,7 +19,7 @@ ROOT = Path(framejit.__file__).parent
 
 ALLOWED = {
     "fx_ir": set(),
-    "kernels": {"fx_ir"},
+    "kernels": {"fx_ir", "_claunch"},
     "passes": {"fx_ir"},
     "backends": {"fx_ir"},
     "capture": {"fx_ir", "errors", "config", "_C", "debug"},

@@ -55,7 +55,8 @@ def dump_entry(dump_dir: str, code, info, label: str) -> str:
         files["wrapper.py"] = wrapper.python_code("forward", self_arg=False).src
     for kernel in getattr(info.compiled, "framejit_kernels", ()):
         files[f"kernels/{kernel.name}.txt"] = str(kernel.kernel) + "\n"
-        files[f"kernels/{kernel.name}.py"] = kernel.source
+        suffix = ".c" if getattr(kernel, "language", "python") == "c" else ".py"
+        files[f"kernels/{kernel.name}{suffix}"] = kernel.source
     for name, text in files.items():
         path = os.path.join(folder, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)

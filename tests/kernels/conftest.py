@@ -6,7 +6,9 @@ import torch
 import framejit
 from framejit.backends import register_backend
 from framejit.fx_ir import GraphModule
+from framejit.kernels.c_runtime import CLauncher
 from framejit.kernels.reference import ReferenceLauncher
+from framejit.kernels.triton_runtime import Launcher
 from framejit.pipeline import compile_with_kernels
 from framejit.testing import fresh_state
 
@@ -15,6 +17,44 @@ fresh_framejit = pytest.fixture(autouse=True)(fresh_state)
 #: Kernel tests run on CPU tensors in Triton's interpreter; `make test-gpu` (FRAMEJIT_TEST_GPU=1)
 #: runs the same tests on CUDA tensors, compiled for real.
 DEVICE = "cuda" if os.environ.get("FRAMEJIT_TEST_GPU") == "1" else "cpu"
+
+
+#: The test modules whose kernel tests run through every renderer: Triton (the interpreter on
+#: CPU tensors) and C (CPU tensors only). A test marked ``triton_only`` runs through Triton alone.
+_ALL_RENDERERS = {"test_kernels", "test_pipeline"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "triton_only: a kernel test about Triton's code or launcher")
+
+
+def pytest_generate_tests(metafunc):
+    if "renderer" not in metafunc.fixturenames:
+        return
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module not in _ALL_RENDERERS:
+        return
+    renderers = ["triton"]
+    if DEVICE == "cpu" and metafunc.definition.get_closest_marker("triton_only") is None:
+        renderers.append("c")
+    metafunc.parametrize("renderer", renderers, indirect=True, ids=[f"{r}_renderer" for r in renderers])
+
+
+_current = {"renderer": "triton"}
+
+
+@pytest.fixture(autouse=True)
+def renderer(request):
+    """The renderer ``run_kernels`` uses in this test: ``"triton"`` or ``"c"``."""
+    name = getattr(request, "param", "triton")
+    _current["renderer"] = name
+    yield name
+    _current["renderer"] = "triton"
+
+
+def kernel_backend_name() -> str:
+    """The built-in backend of the current renderer (``backend="triton"`` or ``"c"``)."""
+    return _current["renderer"]
 
 
 @pytest.fixture
@@ -48,9 +88,16 @@ _names = iter(range(10**9))
 
 
 def run_kernels(fn, *args, reference=False):
-    """``fn(*args)`` compiled by the kernel pipeline (Triton, or with ``reference=True`` the
-    description's reference interpreter); returns (result, KernelCompiler)."""
-    backend = KernelCompiler(ReferenceLauncher if reference else None)
+    """``fn(*args)`` compiled by the kernel pipeline (the test's renderer, or with
+    ``reference=True`` the description's reference interpreter); returns (result,
+    KernelCompiler)."""
+    if reference:
+        launcher = ReferenceLauncher
+    elif _current["renderer"] == "c":
+        launcher = {"cpu": CLauncher, "cuda": Launcher}
+    else:
+        launcher = None
+    backend = KernelCompiler(launcher)
     name = f"kernels_{next(_names)}"
     register_backend(name, backend)
     result = framejit.compile(fn, backend=name, fullgraph=True)(*args)

@@ -1,15 +1,16 @@
 """Kernels from graphs in the passes' vocabulary (aten overloads), on every layout and dtype:
-the Triton kernels (interpreter on CPU) and the description's reference interpreter, each
-compared with eager torch."""
+the Triton kernels (interpreter on CPU), the C kernels (CPU) and the description's reference
+interpreter, each compared with eager torch. The ``renderer`` fixture (conftest) runs each test
+through Triton and through C."""
 
 import pytest
 import torch
 
 import framejit
-from framejit.kernels import triton_render
+from framejit.kernels import c_render, triton_render
 from framejit.testing import assert_close_to_eager
 
-from .conftest import run_kernels
+from .conftest import kernel_backend_name, run_kernels
 
 A = torch.ops.aten
 P = torch.ops.prims
@@ -32,7 +33,7 @@ def check(fn, *args, kernels=None, upcast=False, reference=True):
     assert_close_to_eager(got, expected)
     if kernels is not None:
         assert len(backend.kernels) == kernels, [k.source for k in backend.kernels]
-    if reference:
+    if reference and kernel_backend_name() == "triton":  # once per test, not per renderer
         ref, _ = run_kernels(fn, *args, reference=True)
         assert_close_to_eager(ref, expected)
     return backend
@@ -182,10 +183,13 @@ REDUCE = {
 
 
 @pytest.fixture(params=["persistent", "looped"])
-def reduction_kind(request, monkeypatch):
+def reduction_kind(request, monkeypatch, renderer):
     if request.param == "looped":
         # Rows longer than 16 loop in 16-wide chunks: the looped kernels at test sizes.
         monkeypatch.setattr(triton_render, "PERSISTENT_LIMIT", 16)
+        # C: sums in 16-element chunks, and OpenMP (parts of a single row) from 64 elements.
+        monkeypatch.setattr(c_render, "SUM_CHUNK", 16)
+        monkeypatch.setattr(c_render, "PARALLEL_MIN", 64)
     return request.param
 
 
@@ -197,12 +201,14 @@ def test_each_reduction_over_each_dim(name, dim, reduction_kind, device):
     x[2, :, 4] = -3.0
     op = REDUCE[name]
     backend = check(lambda x: op(A.mul.Tensor(x, 2.0), dim), x, kernels=1)
-    looped = "for roffset in range(0, rnumel, RBLOCK)" in backend.kernels[0].source
-    assert looped == (reduction_kind == "looped" and x.shape[dim] > 16)
+    if kernel_backend_name() == "triton":
+        looped = "for roffset in range(0, rnumel, RBLOCK)" in backend.kernels[0].source
+        assert looped == (reduction_kind == "looped" and x.shape[dim] > 16)
     # Reductions across rows loop beyond 64 elements even where rows fit in registers.
     y = torch.randn(100, 3, device=device)
     backend = check(lambda y: op(A.mul.Tensor(y, 2.0), 0), y, kernels=1)
-    assert "for roffset" in backend.kernels[0].source
+    if kernel_backend_name() == "triton":
+        assert "for roffset" in backend.kernels[0].source
 
 
 @pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "sum"])
@@ -399,9 +405,13 @@ def test_kernel_description_prints_readably(device):
     (k,) = backend.kernels
     text = str(k.kernel)
     assert "reduce [1]" in text and "reduce max %0" in text and "store out0" in text
-    assert "@_jit" in k.source and "tl.load" in k.source
+    if kernel_backend_name() == "triton":
+        assert "@_jit" in k.source and "tl.load" in k.source
+    else:
+        assert k.source.startswith("void fj_red_") and "#pragma omp simd" in k.source
 
 
+@pytest.mark.triton_only
 def test_a_kernel_that_cannot_compile_runs_as_torch_ops(device, monkeypatch):
     from framejit.kernels import triton_runtime
 
@@ -418,6 +428,7 @@ def test_a_kernel_that_cannot_compile_runs_as_torch_ops(device, monkeypatch):
     assert_close_to_eager(again, (softmax(x),))
 
 
+@pytest.mark.triton_only
 def test_an_error_other_than_a_compile_error_propagates(device, monkeypatch):
     """Only compile errors turn a kernel into torch ops; anything else (a signal handler's
     exception, say) leaves the launcher as it is."""

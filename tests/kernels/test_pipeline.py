@@ -1,6 +1,7 @@
 """The whole kernel pipeline on code as users write it (torch functions, nn.Modules): the
-passes decompose, the partitioner groups, kernels run (Triton's interpreter on CPU tensors),
-and the results match eager."""
+passes decompose, the partitioner groups, kernels run (Triton's interpreter on CPU tensors, and
+the C kernels: the ``renderer`` fixture runs each test through both), and the results match
+eager."""
 
 import os
 
@@ -12,7 +13,7 @@ from torch import nn
 import framejit
 from framejit.testing import assert_close_to_eager
 
-from .conftest import run_kernels
+from .conftest import kernel_backend_name, run_kernels
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -151,32 +152,38 @@ def test_training_groups_stay_torch_ops_and_gradients_are_exact(device):
 
 
 def test_explain_lists_kernels_with_source(device):
-    report = framejit.explain(lambda x: F.softmax(x * 2, -1), backend="triton")(torch.randn(4, 16, device=device))
+    backend = kernel_backend_name()
+    report = framejit.explain(lambda x: F.softmax(x * 2, -1), backend=backend)(torch.randn(4, 16, device=device))
     assert report.graph_count == 1 and len(report.kernels[0]) == 1
     (kernel,) = report.kernels[0]
-    assert "reduce max" in kernel.description and "tl.load" in kernel.source
+    assert "reduce max" in kernel.description
+    assert ("tl.load" if backend == "triton" else "for (int64_t r = 0;") in kernel.source
     assert "kernel(s)" in str(report) and kernel.name in str(report)
 
 
 def test_dump_writes_kernels_and_wrapper(tmp_path, device):
-    fn = framejit.compile(lambda x: torch.sigmoid(x) * x, backend="triton",
+    backend = kernel_backend_name()
+    fn = framejit.compile(lambda x: torch.sigmoid(x) * x, backend=backend,
                           options={"dump_dir": str(tmp_path)})
     fn(torch.randn(10, device=device))
     files = {p.name for p in tmp_path.rglob("*") if p.is_file()}
     assert "wrapper.py" in files
-    assert any(f.endswith(".py") and f.startswith("fj_poi") for f in files)
+    suffix = ".py" if backend == "triton" else ".c"
+    assert any(f.endswith(suffix) and f.startswith("fj_poi") for f in files)
     assert any(f.endswith(".txt") and f.startswith("fj_poi") for f in files)
 
 
 def test_torch_compile_backend_runs_framejit_kernels(device):
     torch._dynamo.reset()
-    fn = torch.compile(lambda x, b: F.gelu(x + b), backend="framejit", options={"backend": "triton"})
+    fn = torch.compile(lambda x, b: F.gelu(x + b), backend="framejit",
+                       options={"backend": kernel_backend_name()})
     x, b = torch.randn(8, 32, device=device), torch.randn(32, device=device)
     assert_close_to_eager(fn(x, b), F.gelu(x + b))
     assert framejit.stats()["kernels"] == 1
     torch._dynamo.reset()
 
 
+@pytest.mark.triton_only
 def test_triton_backend_on_cpu_without_interpreter_falls_back_with_a_warning(monkeypatch):
     from framejit.kernels import triton_runtime
 

@@ -1,0 +1,572 @@
+"""The C renderer: a :class:`~framejit.kernels.ir.Kernel` as one plain C11 function.
+
+Every kernel becomes ``void <name>(char **bufs, int64_t nthreads)``: ``bufs[i]`` is the data
+pointer of ``kernel.buffers[i]`` (inputs, the random seed, outputs: the description's order),
+``nthreads`` the OpenMP thread count (``torch.get_num_threads()`` at call time). No ATen headers:
+``<math.h>``, ``<stdint.h>``, ``<string.h>`` and ``<omp.h>``.
+
+The loop nest splits the box in two:
+
+* **rows** (``x``): the outer dimensions of a reduction; for a pointwise kernel every dimension
+  but the last. Buffer offsets along them are computed once per row.
+* **the row** (``r``): the reduced dimensions; for a pointwise kernel the last dimension. Each
+  reduction group is one loop over the row (FULL values it needs recomputed there, as Triton's
+  looped kernels do), then the per-row (OUTER) values, then one loop storing the FULL outputs.
+  The row loops carry ``#pragma omp simd`` where nothing in them prevents it (sums use an
+  OpenMP ``reduction`` clause; max/min/arg reductions stay scalar for their NaN rules).
+
+Parallelism follows Inductor's rule of thumb (no OpenMP below :data:`PARALLEL_MIN` elements):
+many rows run in parallel over rows; a single row (a full reduction, a 1-D pointwise kernel) is
+cut in fixed parts, so per-part partial results (and so the rounding of a sum) do not depend on
+the thread count. Sums of fp32 accumulate in fp32 inside chunks of :data:`SUM_CHUNK` elements and
+in fp64 across chunks: a huge ``mean`` keeps its precision (pytorch#154703).
+
+Numerics match eager torch: no fast-math, no contraction (``-ffp-contract=off``), NaN-first
+max/min/relu, ``sign(NaN) = 0``, float-to-int casts truncate, fp16/bf16 loaded to fp32 and
+rounded to nearest-even on store (NaN stays NaN). Random numbers are Philox 4x32-10 keyed by the
+per-call seed and the point's index in the box.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+
+from .ir import FULL, OUTER, Kernel, Op, Sym
+
+#: Kernels over fewer elements than this run on one thread (OpenMP costs a few microseconds).
+PARALLEL_MIN = 32768
+#: fp32 sums accumulate in fp32 over this many elements, then in fp64.
+SUM_CHUNK = 4096
+#: A single row (full reduction, 1-D kernel) is split into at most this many parts.
+MAX_PARTS = 256
+
+_C_TYPES = {
+    torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
+    torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t",
+    torch.bool: "_Bool", torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
+}
+#: Unsigned twins, for integer arithmetic that wraps as torch's does (signed overflow is UB).
+_UNSIGNED = {torch.int64: "uint64_t", torch.int32: "uint32_t"}
+
+PRELUDE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static inline float fj_bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t fj_f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (f != f) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even, as c10::BFloat16 */
+    return (uint16_t)(u >> 16);
+}
+#if defined(__FLT16_MAX__) && !defined(FJ_NO_FLOAT16)
+static inline float fj_h2f(uint16_t h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+static inline uint16_t fj_f2h(float f) {
+    _Float16 v = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+#else
+static inline float fj_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e == 0) {
+        f = (float)m * 0x1p-24f;
+        return sign ? -f : f;
+    } else {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t fj_f2h(float f) {
+    uint32_t x, sign;
+    memcpy(&x, &f, 4);
+    sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (x < 0x38800000u) {  /* a half subnormal: let the FPU round at 2^-24 */
+        float a;
+        uint32_t b;
+        memcpy(&a, &x, 4);
+        a += 0.5f;
+        memcpy(&b, &a, 4);
+        return (uint16_t)(sign | (b - 0x3f000000u));
+    }
+    x += 0xc8000fffu + ((x >> 13) & 1u);
+    return (uint16_t)(sign | (x >> 13));
+}
+#endif
+
+/* Philox 4x32-10: uniform in [0, 1) for box point `idx` under `seed`. */
+static inline float fj_rand(uint64_t seed, uint64_t idx) {
+    uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int i = 0; i < 10; i++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return (float)(c0 >> 8) * 0x1p-24f;
+}
+
+#define FJ_MIN(a, b) ((a) < (b) ? (a) : (b))
+"""
+
+
+def c_type(dtype: torch.dtype) -> str:
+    try:
+        return _C_TYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"no C type for {dtype}") from None
+
+
+def _literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            text = "NAN"
+        elif math.isinf(value):
+            text = "INFINITY" if value > 0 else "(-INFINITY)"
+        else:
+            text = repr(value)
+        return f"(({c_type(dtype)}){text})"
+    value = int(value)
+    if value == -(2**63):
+        return "(-9223372036854775807LL - 1)"
+    return f"(({c_type(dtype)}){value}LL)"
+
+
+def _float_fn(name: str, dtype: torch.dtype) -> str:
+    return name + ("f" if dtype == torch.float32 else "")
+
+
+def function_name(kernel: Kernel) -> str:
+    """The C name of ``kernel``'s function: its name plus a hash of its body, so that two
+    different kernels of the same name can share a shared object."""
+    body = _Renderer(kernel, "KERNEL").function()
+    return f"{kernel.name}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+
+
+def render_function(kernel: Kernel, name: str | None = None) -> str:
+    """The C function of ``kernel`` (without the prelude), named ``name`` or
+    :func:`function_name`."""
+    return _Renderer(kernel, name or function_name(kernel)).function()
+
+
+def render_c(kernel: Kernel) -> str:
+    """A complete translation unit: the prelude and the kernel's function."""
+    return PRELUDE + "\n" + render_function(kernel)
+
+
+class _Renderer:
+    def __init__(self, kernel: Kernel, name: str) -> None:
+        if any(isinstance(s, Sym) for s in kernel.sizes) or any(
+                isinstance(s, Sym) for b in kernel.buffers for s in b.strides):
+            raise NotImplementedError("the C renderer needs static sizes and strides")
+        self.k = kernel
+        self.name = name
+        sizes = [int(s) for s in kernel.sizes]
+        if kernel.is_reduction:
+            self.xdims = list(kernel.outer_dims)
+            self.rdims = list(kernel.reduce_dims)
+        else:
+            self.xdims = list(range(len(sizes) - 1))
+            self.rdims = [len(sizes) - 1] if sizes else []
+        self.sizes = sizes
+        self.xnumel = math.prod(sizes[d] for d in self.xdims)
+        self.rnumel = math.prod(sizes[d] for d in self.rdims)
+        self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN
+        self.lines: list[str] = []
+        self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
+
+    # -- addressing -------------------------------------------------------------------------
+    def _part(self, dims: list[int], flat: str, prefix: str, strides) -> str:
+        """Offset contribution of ``dims`` (decomposed from ``flat``) for ``strides``."""
+        st = [int(strides[d]) for d in dims]
+        if all(s == 0 for s in st):
+            return ""
+        sizes = [self.sizes[d] for d in dims]
+        inner = st[-1]
+        if inner != 0 and all(st[i] == inner * math.prod(sizes[i + 1:]) for i in range(len(dims))):
+            return flat if inner == 1 else f"{flat} * {inner}"
+        return " + ".join(f"{prefix}{d}" if s == 1 else f"{prefix}{d} * {s}"
+                          for d, s in zip(dims, st) if s != 0)
+
+    def _needs_dim_vars(self, dims: list[int]) -> bool:
+        return any(self._part(dims, "F", "v", b.strides) not in ("", "F")
+                   and not self._part(dims, "F", "v", b.strides).startswith("F * ")
+                   for b in self.k.buffers)
+
+    def define_dims(self, dims: list[int], flat: str, prefix: str, indent: str) -> None:
+        if len(dims) < 2 or not self._needs_dim_vars(dims):
+            return
+        sizes = [self.sizes[d] for d in dims]
+        for i, d in enumerate(dims):
+            below = math.prod(sizes[i + 1:])
+            expr = flat if below == 1 else f"({flat} / {below})"
+            if i > 0:
+                expr = f"{expr} % {sizes[i]}"
+            self.lines.append(f"{indent}const int64_t {prefix}{d} = {expr};")
+
+    def row_offsets(self, indent: str) -> None:
+        """``xo_<buf>``: each buffer's offset at the start of row ``x``."""
+        self.define_dims(self.xdims, "x", "x", indent)
+        for b in self.k.buffers:
+            part = self._part(self.xdims, "x", "x", b.strides) if self.xdims else ""
+            self.lines.append(f"{indent}const int64_t xo_{b.name} = {part or '0'};")
+
+    def offset(self, name: str, level: str) -> str:
+        b = self.k.buffer(name)
+        if level == OUTER:
+            return f"xo_{name}"
+        part = self._part(self.rdims, "r", "r", b.strides) if self.rdims else ""
+        return f"xo_{name} + {part}" if part else f"xo_{name}"
+
+    # -- values -------------------------------------------------------------------------------
+    def expr(self, op: Op) -> str:
+        a = [f"t{x}" if isinstance(x, int) and not isinstance(x, bool) else x for x in op.args]
+        k, dt = op.kind, op.dtype
+        ct = c_type(dt)
+        if k == "load":
+            b = self.k.buffer(op.args[0])
+            ref = f"{b.name}[{self.offset(b.name, op.level)}]"
+            if b.dtype == torch.float16:
+                return f"fj_h2f({ref})"
+            if b.dtype == torch.bfloat16:
+                return f"fj_bf2f({ref})"
+            return ref if b.dtype == dt else f"({ct}){ref}"
+        if k == "const":
+            return _literal(op.args[0], dt)
+        if k == "rand":
+            return f"fj_rand((uint64_t){op.args[0]}_seed, (uint64_t)(x * {self.rnumel} + r))"
+        if k == "cast":
+            return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
+        if k == "where":
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        x = a[0]
+        y = a[1] if len(a) > 1 else None
+        is_float = dt.is_floating_point
+        if k in ("add", "sub", "mul", "neg") and dt in _UNSIGNED:
+            u = _UNSIGNED[dt]
+            if k == "neg":
+                return f"({ct})(({u})0 - ({u}){x})"
+            sym = {"add": "+", "sub": "-", "mul": "*"}[k]
+            return f"({ct})(({u}){x} {sym} ({u}){y})"
+        one = _literal(1, dt)
+        if is_float:
+            fn = {name: _float_fn(name, dt) for name in (
+                "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "erf", "floor",
+                "ceil", "fabs")}
+            math_ops = {
+                "exp": f"{fn['exp']}({x})", "log": f"{fn['log']}({x})",
+                "log1p": f"{fn['log1p']}({x})", "expm1": f"{fn['expm1']}({x})",
+                "sqrt": f"{fn['sqrt']}({x})", "rsqrt": f"({one} / {fn['sqrt']}({x}))",
+                "reciprocal": f"({one} / {x})", "sin": f"{fn['sin']}({x})",
+                "cos": f"{fn['cos']}({x})", "tanh": f"{fn['tanh']}({x})",
+                "erf": f"{fn['erf']}({x})", "floor": f"{fn['floor']}({x})",
+                "ceil": f"{fn['ceil']}({x})", "abs": f"{fn['fabs']}({x})",
+                "sigmoid": f"({one} / ({one} + {fn['exp']}(-{x})))",
+            }
+            if k in math_ops:
+                return math_ops[k]
+        simple = {
+            "neg": f"({ct})(-{x})", "abs": f"({ct})({x} < 0 ? -{x} : {x})",
+            "floor": x, "ceil": x,
+            "relu": f"({x} < 0 ? ({ct})0 : {x})",
+            "sign": f"({ct})(({x} > 0) - ({x} < 0))",  # NaN and -0.0 -> 0
+            "not": f"(!{x})", "isnan": f"({x} != {x})",
+            "add": f"({ct})({x} + {y})", "sub": f"({ct})({x} - {y})",
+            "mul": f"({ct})({x} * {y})", "truediv": f"({x} / {y})",
+            "eq": f"({x} == {y})", "ne": f"({x} != {y})", "lt": f"({x} < {y})",
+            "le": f"({x} <= {y})", "gt": f"({x} > {y})", "ge": f"({x} >= {y})",
+            "and": f"({x} && {y})", "or": f"({x} || {y})",
+            "maximum": f"(({x} > {y} || {x} != {x}) ? {x} : {y})",
+            "minimum": f"(({x} < {y} || {x} != {x}) ? {x} : {y})",
+        }
+        if k in simple:
+            return simple[k]
+        raise NotImplementedError(f"C renderer: no rule for {k!r}")
+
+    def store(self, op: Op, indent: str) -> None:
+        name, src = op.args
+        b = self.k.buffer(name)
+        v = f"t{src}"
+        if b.dtype == torch.float16:
+            v = f"fj_f2h((float){v})"
+        elif b.dtype == torch.bfloat16:
+            v = f"fj_f2bf((float){v})"
+        elif b.dtype == torch.bool:
+            v = f"({v} != 0)"
+        elif self.k.ops[src].dtype != b.dtype:
+            v = f"({c_type(b.dtype)}){v}"
+        self.lines.append(f"{indent}{name}[{self.offset(name, op.level)}] = {v};")
+
+    def emit(self, indices, indent: str) -> None:
+        for i in indices:
+            op = self.k.ops[i]
+            if op.kind == "store":
+                self.store(op, indent)
+            elif op.kind != "reduce":
+                self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {self.expr(op)};")
+
+    # -- structure ------------------------------------------------------------------------------
+    def full_closure(self, roots: list[int]) -> list[int]:
+        """The FULL ops (in order) that ``roots`` need, stopping at OUTER values."""
+        need: set[int] = set()
+        stack = list(roots)
+        while stack:
+            i = stack.pop()
+            op = self.k.ops[i]
+            if i in need or op.level != FULL or op.kind == "reduce":
+                continue
+            need.add(i)
+            if op.kind == "store":
+                stack.append(op.args[1])
+            elif op.kind not in ("load", "const", "rand"):
+                stack.extend(a for a in op.args if isinstance(a, int) and not isinstance(a, bool))
+        return sorted(need)
+
+    def reduce_deps(self) -> list[set[int]]:
+        """For each op, the reductions it depends on (itself included for a reduce)."""
+        deps: list[set[int]] = []
+        for i, op in enumerate(self.k.ops):
+            d: set[int] = set()
+            if op.kind == "store":
+                d |= deps[op.args[1]]
+            elif op.kind == "reduce":
+                d |= deps[op.args[1]] | {i}
+            elif op.kind not in ("load", "const", "rand"):
+                for a in op.args:
+                    if isinstance(a, int) and not isinstance(a, bool):
+                        d |= deps[a]
+            deps.append(d)
+        return deps
+
+    def reduce_groups(self) -> list[list[int]]:
+        """Reductions in order, consecutive ones sharing a loop when none needs another."""
+        deps = self.reduce_deps()
+        groups: list[list[int]] = []
+        for i, op in enumerate(self.k.ops):
+            if op.kind != "reduce":
+                continue
+            if groups and not (deps[op.args[1]] & set(groups[-1])):
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        return groups
+
+    def acc_type(self, i: int) -> str:
+        kind, src = self.k.ops[i].args
+        sdt = self.k.ops[src].dtype
+        if kind == "sum":
+            return "double" if sdt.is_floating_point else _UNSIGNED.get(sdt, "int64_t")
+        return c_type(sdt)
+
+    def init_acc(self, group: list[int], lo: str, indent: str) -> None:
+        for i in group:
+            kind, src = self.k.ops[i].args
+            sdt = self.k.ops[src].dtype
+            at = self.acc_type(i)
+            if kind == "sum":
+                self.lines.append(f"{indent}{at} a{i} = 0;")
+                continue
+            big = "max" in kind
+            if sdt.is_floating_point:
+                init = "(-INFINITY)" if big else "INFINITY"
+            elif sdt == torch.bool:
+                init = "0" if big else "1"
+            else:
+                info = torch.iinfo(sdt)
+                init = _literal(info.min if big else info.max, sdt)
+            self.lines.append(f"{indent}{at} a{i} = {init};")
+            if kind in ("argmax", "argmin"):
+                self.lines.append(f"{indent}int64_t a{i}_i = {lo};")
+
+    def reduce_loop(self, group: list[int], lo: str, hi: str, indent: str) -> None:
+        """Accumulate ``group`` over ``r`` in [lo, hi) into ``a<i>`` (and ``a<i>_i``)."""
+        k = self.k
+        body = self.full_closure([k.ops[i].args[1] for i in group])
+        sums = [i for i in group if k.ops[i].args[0] == "sum"]
+        float_sums = [i for i in sums if k.ops[k.ops[i].args[1]].dtype == torch.float32]
+        simd = all(k.ops[i].args[0] == "sum" for i in group)
+        ind = indent
+        if float_sums and self.rnumel > SUM_CHUNK:
+            self.lines.append(f"{ind}for (int64_t r0 = {lo}; r0 < {hi}; r0 += {SUM_CHUNK}) {{")
+            ind += "    "
+            self.lines.append(f"{ind}const int64_t r1 = FJ_MIN(r0 + {SUM_CHUNK}, {hi});")
+            lo, hi = "r0", "r1"
+        # fp32 sums add in fp32 inside a chunk (vector lanes), chunks add in fp64.
+        chunk = {i: (f"c{i}" if i in float_sums else f"a{i}") for i in sums}
+        for i in float_sums:
+            self.lines.append(f"{ind}float c{i} = 0;")
+        if simd:
+            red = ", ".join(chunk[i] for i in sums)
+            self.lines.append(f"{ind}#pragma omp simd reduction(+:{red})")
+        self.lines.append(f"{ind}for (int64_t r = {lo}; r < {hi}; r++) {{")
+        inner = ind + "    "
+        self.define_dims(self.rdims, "r", "r", inner)
+        self.emit(body, inner)
+        for i in group:
+            kind, src = k.ops[i].args
+            v = f"t{src}"
+            if kind == "sum":
+                at = self.acc_type(i)
+                if at.startswith("uint"):
+                    v = f"({at}){v}"
+                self.lines.append(f"{inner}{chunk[i]} += {v};")
+            elif kind in ("max", "min"):
+                cmp = ">" if kind == "max" else "<"
+                self.lines.append(f"{inner}if ({v} {cmp} a{i} || {v} != {v}) a{i} = {v};")
+            else:
+                cmp = ">" if kind == "argmax" else "<"
+                # Strictly better keeps the first index; the first NaN wins and stays.
+                self.lines.append(f"{inner}if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
+                                  f"{{ a{i} = {v}; a{i}_i = r; }}")
+        self.lines.append(f"{ind}}}")
+        for i in float_sums:
+            self.lines.append(f"{ind}a{i} += c{i};")
+        if ind != indent:
+            self.lines.append(f"{indent}}}")
+
+    def combine(self, i: int, other: str, indent: str) -> None:
+        """Fold a later part's accumulator ``other`` (``other_i``) into ``a<i>``."""
+        kind = self.k.ops[i].args[0]
+        if kind == "sum":
+            self.lines.append(f"{indent}a{i} += {other};")
+        elif kind in ("max", "min"):
+            cmp = ">" if kind == "max" else "<"
+            self.lines.append(f"{indent}if ({other} {cmp} a{i} || {other} != {other}) a{i} = {other};")
+        else:
+            cmp = ">" if kind == "argmax" else "<"
+            self.lines.append(f"{indent}if ({other} {cmp} a{i} || ({other} != {other} && a{i} == a{i})) "
+                              f"{{ a{i} = {other}; a{i}_i = {other}_i; }}")
+
+    def finish(self, group: list[int], indent: str) -> None:
+        for i in group:
+            op = self.k.ops[i]
+            kind = op.args[0]
+            value = f"a{i}_i" if kind in ("argmax", "argmin") else f"({c_type(op.dtype)})a{i}"
+            self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {value};")
+
+    def parts(self) -> tuple[int, int]:
+        """(number of parts, elements per part) of a single row cut for threads."""
+        per = max(SUM_CHUNK, -(-self.rnumel // MAX_PARTS))
+        per = -(-per // SUM_CHUNK) * SUM_CHUNK
+        return -(-self.rnumel // per), per
+
+    def reduce_group(self, group: list[int], indent: str, split: bool) -> None:
+        if not split:
+            self.init_acc(group, "0", indent)
+            self.reduce_loop(group, "0", str(self.rnumel), indent)
+            self.finish(group, indent)
+            return
+        n, per = self.parts()
+        for i in group:
+            self.lines.append(f"{indent}{self.acc_type(i)} p{i}[{n}];")
+            if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                self.lines.append(f"{indent}int64_t p{i}_i[{n}];")
+        self.lines.append(f"{indent}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
+        self.lines.append(f"{indent}for (int64_t p = 0; p < {n}; p++) {{")
+        inner = indent + "    "
+        self.lines.append(f"{inner}const int64_t lo = p * {per}, hi = FJ_MIN(lo + {per}, {self.rnumel});")
+        self.init_acc(group, "lo", inner)
+        self.reduce_loop(group, "lo", "hi", inner)
+        for i in group:
+            self.lines.append(f"{inner}p{i}[p] = a{i};")
+            if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                self.lines.append(f"{inner}p{i}_i[p] = a{i}_i;")
+        self.lines.append(f"{indent}}}")
+        for i in group:
+            self.lines.append(f"{indent}{self.acc_type(i)} a{i} = p{i}[0];")
+            if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                self.lines.append(f"{indent}int64_t a{i}_i = p{i}_i[0];")
+        self.lines.append(f"{indent}for (int64_t p = 1; p < {n}; p++) {{")
+        for i in group:
+            self.lines.append(f"{inner}const {self.acc_type(i)} q{i} = p{i}[p];")
+            if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                self.lines.append(f"{inner}const int64_t q{i}_i = p{i}_i[p];")
+            self.combine(i, f"q{i}", inner)
+        self.lines.append(f"{indent}}}")
+        self.finish(group, indent)
+
+    def store_loop(self, stores: list[int], indent: str, split: bool) -> None:
+        body = self.full_closure(stores)
+        if split:
+            self.lines.append(f"{indent}#pragma omp parallel for simd num_threads(nthreads) if(nthreads > 1) schedule(static)")
+        else:
+            self.lines.append(f"{indent}#pragma omp simd")
+        self.lines.append(f"{indent}for (int64_t r = 0; r < {self.rnumel}; r++) {{")
+        self.define_dims(self.rdims, "r", "r", indent + "    ")
+        self.emit(body, indent + "    ")
+        self.lines.append(f"{indent}}}")
+
+    def row(self, indent: str, split: bool) -> None:
+        """Everything one row ``x`` computes."""
+        k = self.k
+        done: set[int] = set()
+        for group in self.reduce_groups():
+            first = group[0]
+            ready = [j for j in range(first) if j not in done and k.ops[j].level == OUTER
+                     and k.ops[j].kind != "reduce"]
+            self.emit(ready, indent)
+            done.update(ready)
+            self.reduce_group(group, indent, split)
+            done.update(group)
+        rest = [j for j, op in enumerate(k.ops) if j not in done and op.level == OUTER]
+        self.emit(rest, indent)
+        stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
+        if stores:
+            self.store_loop(stores, indent, split)
+
+    def function(self) -> str:
+        k = self.k
+        out = [f"void {self.name}(char **bufs, int64_t nthreads) {{"]
+        ind = "    "
+        seeds = {op.args[0] for op in k.ops if op.kind == "rand"}
+        for i, b in enumerate(k.buffers):
+            if b.name in seeds:
+                out.append(f"{ind}const int64_t {b.name}_seed = *(const int64_t *)bufs[{i}];")
+                continue
+            qual = "" if b.is_output else "const "
+            out.append(f"{ind}{qual}{c_type(b.dtype)} *restrict {b.name} = "
+                       f"({qual}{c_type(b.dtype)} *)bufs[{i}];")
+        out.append(f"{ind}(void)nthreads;")
+        self.lines = out
+        split = self.parallel and self.xnumel == 1
+        if self.parallel and self.xnumel > 1:
+            self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
+        self.lines.append(f"{ind}for (int64_t x = 0; x < {self.xnumel}; x++) {{")
+        self.row_offsets(ind + "    ")
+        self.row(ind + "    ", split)
+        self.lines.append(f"{ind}}}")
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"

@@ -1,0 +1,251 @@
+"""Compiling, caching and calling rendered C kernels (CPU tensors).
+
+* **One shared object per graph**: a :class:`CLauncher` renders its function when it is built
+  and joins a pending batch; the first call of any pending launcher compiles the whole batch
+  (every kernel the pipeline built for one graph, since a graph is compiled before it runs) as
+  one translation unit. A batch that fails is retried kernel by kernel, so one bad kernel only
+  costs its own fusion.
+* **Cache**: ``<cache>/c/<sha256>.so`` with the key over the translation unit, the compiler's
+  version and the flags (``$FRAMEJIT_CACHE_DIR/c`` or ``~/.cache/framejit/c``); written to a
+  temporary name and renamed, so concurrent processes never see half a file. In a process each
+  function (named after a hash of its body) is compiled at most once.
+* **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` (never ``-ffast-math``: with gcc < 13 it sets
+  flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
+  launcher is built, which the compiler layer turns into eager torch with one warning.
+* **Calls**: ``framejit._claunch.launch(address, nthreads, *tensors)`` (a METH_FASTCALL
+  function in our own extension) when it is built, ctypes otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from typing import Any
+
+import torch
+
+from .c_render import PRELUDE, function_name, render_function
+from .ir import Kernel
+from .triton_runtime import KernelCompileError, counters
+
+#: The compiler flags. IEEE-strict: errno kept (pytorch#143978), no contraction (eager rounds
+#: a*b+c twice), no fast-math.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off")
+
+#: Compiles and cache hits, for tests and ``framejit.stats()``-style reporting.
+c_counters = {"compiles": 0, "disk_hits": 0}
+
+_functions: dict[str, int] = {}          # function name -> address, loaded in this process
+_libraries: list[ctypes.CDLL] = []        # keep every loaded object alive
+_pending: dict[str, CLauncher] = {}     # function name -> a launcher waiting for its build
+_lock = threading.RLock()
+_compilers: dict[str, tuple[list[str], str]] = {}
+
+
+class CCompilerMissing(RuntimeError):
+    """No C compiler: set ``CC`` to one (gcc or clang with OpenMP), install one (``apt-get
+    install gcc``), or use ``backend="eager"``."""
+
+
+def cache_dir() -> str:
+    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "framejit")
+    path = os.path.join(root, "c")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def find_compiler() -> tuple[list[str], str]:
+    """(command, version line) of the C compiler: ``$CC`` or ``cc``; checked once per
+    process for each value of ``CC``."""
+    cc = os.environ.get("CC") or "cc"
+    found = _compilers.get(cc)
+    if found is not None:
+        return found
+    command = shlex.split(cc)
+    if not command or shutil.which(command[0]) is None:
+        origin = "$CC" if os.environ.get("CC") else "the default C compiler"
+        raise CCompilerMissing(
+            f"no C compiler: {command[0] if command else cc!r} ({origin}) is not on PATH; set "
+            f"CC to gcc or clang, or install one, to get C kernels for CPU tensors")
+    try:
+        out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise CCompilerMissing(f"the C compiler {cc!r} does not run: {e}") from e
+    text = (out.stdout or out.stderr).strip()
+    found = (command, text.splitlines()[0] if text else cc)
+    _compilers[cc] = found
+    return found
+
+
+def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
+    """Compile (or find in the disk cache) one shared object with ``names``; their addresses."""
+    command, version = find_compiler()
+    unit = PRELUDE + "\n" + "\n".join(functions[n] for n in names)
+    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *FLAGS]).encode()).hexdigest()[:40]
+    folder = cache_dir()
+    path = os.path.join(folder, f"{key}.so")
+    if os.path.exists(path):
+        c_counters["disk_hits"] += 1
+    else:
+        source = os.path.join(folder, f"{key}.c")
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(f"{source}.{os.getpid()}.tmp", "w") as f:
+            f.write(unit)
+        os.replace(f"{source}.{os.getpid()}.tmp", source)
+        result = subprocess.run([*command, *FLAGS, source, "-o", tmp, "-lm"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise KernelCompileError(
+                f"{' '.join(command)} failed on {source}:\n{result.stderr[-2000:]}")
+        os.replace(tmp, path)
+        c_counters["compiles"] += 1
+    lib = ctypes.CDLL(path)
+    _libraries.append(lib)
+    return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}
+
+
+def address_of(launcher: CLauncher) -> int:
+    """The loaded function of ``launcher``, building its pending batch first."""
+    with _lock:
+        addr = _functions.get(launcher.cname)
+        if addr is not None:
+            return addr
+        batch = dict(_pending)
+        batch.setdefault(launcher.cname, launcher)
+        _pending.clear()
+        functions = {n: launch.function for n, launch in batch.items() if n not in _functions}
+        t0 = time.perf_counter()
+        try:
+            try:
+                _functions.update(_build(sorted(functions), functions))
+            except KernelCompileError:
+                if len(functions) == 1:
+                    raise
+                # One kernel alone: the others get their own try at their first call.
+                _functions.update(_build([launcher.cname], functions))
+        finally:
+            counters["kernel_seconds"] += time.perf_counter() - t0
+        return _functions[launcher.cname]
+
+
+def clear_memory_cache() -> None:
+    """Forget the loaded functions (not the disk cache): the next builds read the disk."""
+    with _lock:
+        _functions.clear()
+        _pending.clear()
+
+
+try:
+    from .. import _claunch
+
+    _claunch.set_data_ptr_fn(torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr)
+    _launch = _claunch.launch
+except (ImportError, AttributeError):
+    try:
+        from .. import _claunch
+
+        _launch = _claunch.launch
+    except ImportError:
+        _launch = None
+
+
+_KernelType = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_ctypes_functions: dict[int, Any] = {}
+
+
+def _ctypes_launch(address: int, nthreads: int, *tensors: torch.Tensor) -> None:
+    """The launch without framejit._claunch (not built): several microseconds per call."""
+    fn = _ctypes_functions.get(address)
+    if fn is None:
+        fn = _ctypes_functions[address] = _KernelType(address)
+    fn((ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors]), nthreads)
+
+
+class CLauncher:
+    """Runs one C kernel: ``launcher(*inputs) -> output tensor or tuple of them``; the same
+    contract as the Triton :class:`~framejit.kernels.triton_runtime.Launcher`."""
+
+    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot compile.
+    fallback = None
+    _fast = None
+    language = "c"
+
+    def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
+                 seed_index: int | None) -> None:
+        t0 = time.perf_counter()
+        if torch.device(device).type != "cpu":
+            raise RuntimeError(f"C kernels run on CPU tensors, not {device}")
+        find_compiler()
+        self.kernel = kernel
+        self.device = torch.device(device)
+        self.outputs = outputs
+        self.seed_index = seed_index
+        self.cname = function_name(kernel)
+        self.function = render_function(kernel, self.cname)
+        self.source = self.function
+        with _lock:
+            if self.cname not in _functions:
+                _pending.setdefault(self.cname, self)
+        counters["kernels"] += 1
+        counters["kernel_seconds"] += time.perf_counter() - t0
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __repr__(self) -> str:
+        return f"<C kernel {self.kernel.name}>"
+
+    def __call__(self, *inputs: torch.Tensor):
+        if self._fast is None:
+            return self._first_call(inputs)
+        return self._fast(*inputs)
+
+    def _first_call(self, inputs: tuple):
+        try:
+            address = address_of(self)
+        except KernelCompileError as e:
+            if self.fallback is None:
+                raise
+            import warnings
+
+            warnings.warn(f"framejit: kernel {self.name} failed to compile on {self.device} "
+                          f"({type(e).__name__}: {e}); its operations run as torch ops instead",
+                          stacklevel=2)
+            self._fast = self.fallback
+            return self.fallback(*inputs)
+        self._build_fast(address)
+        return self._fast(*inputs)
+
+    def _build_fast(self, address: int) -> None:
+        """A launch function for this kernel: allocate the outputs, (draw the seed), call."""
+        n_in = len(self.kernel.inputs) - (self.seed_index is not None)
+        params = [f"a{i}" for i in range(n_in)]
+        namespace: dict[str, Any] = {
+            "_empty": torch.empty_strided, "_randint": torch.randint, "_i64": torch.int64,
+            "_threads": torch.get_num_threads, "_launch": _launch or _ctypes_launch,
+            "_address": address}
+        lines = [f"def launch_{self.name}({', '.join(params)}):"]
+        outs = []
+        for k, (size, stride, dtype) in enumerate(self.outputs):
+            namespace[f"_dt{k}"] = dtype
+            lines.append(f"    o{k} = _empty({tuple(size)!r}, {tuple(stride)!r}, dtype=_dt{k})")
+            outs.append(f"o{k}")
+        args = list(params)
+        if self.seed_index is not None:
+            args.insert(self.seed_index, "_randint(2147483647, (), dtype=_i64)")
+        lines.append(f"    _launch(_address, _threads(), {', '.join(args + outs)})")
+        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
+        exec(compile("\n".join(lines) + "\n", f"<framejit-launch {self.name}>", "exec"), namespace)
+        self._fast = namespace[f"launch_{self.name}"]

@@ -1,0 +1,205 @@
+"""What only the C renderer and its runtime do: OpenMP at thread counts 1 and 2, single rows cut
+in parts, sums in chunks, fp16/bf16 rounding bit for bit, the disk cache, and what happens
+without a C compiler. (Every other kernel test runs through C too: see conftest's
+``renderer``.)"""
+
+import pytest
+import torch
+
+import framejit
+from framejit.kernels import c_render, c_runtime
+from framejit.testing import assert_close_to_eager
+
+from .conftest import run_kernels
+from .test_kernels import A, P, layer_norm, softmax
+
+
+@pytest.fixture(autouse=True)
+def c_renderer(renderer, device):
+    """``run_kernels`` uses the C renderer in this module."""
+    from . import conftest
+
+    if device != "cpu":
+        pytest.skip("C kernels run on CPU tensors")
+    conftest._current["renderer"] = "c"
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_parallel_kernels_at_one_and_two_threads(threads):
+    torch.manual_seed(0)
+    x = torch.randn(40, 1000)  # 40k elements: rows in parallel
+    w, b = torch.randn(1000), torch.randn(1000)
+    flat = torch.randn(50001)  # one row in parts
+    got, backend = run_kernels(lambda x, w, b: (layer_norm(x, w, b), softmax(x)), x, w, b)
+    assert_close_to_eager(got, (layer_norm(x, w, b), softmax(x)))
+    assert all("omp parallel for" in k.source for k in backend.kernels)
+
+    def full(v):
+        e = A.mul.Tensor(v, 2.0)
+        return (A.sum.dim_IntList(e, [0], True), A.amax.default(e, [0], True),
+                A.argmin.default(e, 0, True), A.sub.Tensor(e, 1.0))
+
+    got, backend = run_kernels(full, flat)
+    assert_close_to_eager(got, full(flat))
+    assert len(backend.kernels) == 1 and "omp parallel for" in backend.kernels[0].source
+    # Parts do not depend on the thread count: the sum rounds the same at 1 and 2 threads.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (alone, *_), _ = run_kernels(full, flat)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(got[0], alone)
+
+
+def test_dropout_does_not_depend_on_the_thread_count():
+    x = torch.randn(200, 200)
+    r = torch.randn(200, 200)
+
+    def f(x, r):
+        keep = A.ge.Scalar(A.rand_like.default(x, dtype=torch.float32), 0.5)
+        return A.add.Tensor(A.where.ScalarOther(keep, A.mul.Tensor(x, 2.0), 0.0), r)
+
+    results = []
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            torch.manual_seed(5)
+            results.append(run_kernels(f, x, r)[0])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(results[0], results[1])
+    assert abs(((results[0] - r) != 0).float().mean().item() - 0.5) < 0.02
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 17, 33, 1023])
+def test_sizes_that_are_not_multiples_of_the_vector_width(n):
+    x = torch.randn(5, n)
+
+    def f(x):
+        return A.sigmoid.default(A.add.Tensor(x, 1.0)), A.sum.dim_IntList(A.exp.default(x), [1], True)
+
+    got, _ = run_kernels(f, x)
+    assert_close_to_eager(got, f(x))
+
+
+def test_row_lengths_around_the_sum_chunk(monkeypatch):
+    monkeypatch.setattr(c_render, "SUM_CHUNK", 8)
+    for n in (7, 8, 9, 17):
+        x = torch.randn(3, n) + 2
+        got, backend = run_kernels(lambda x: A.sum.dim_IntList(A.mul.Tensor(x, x), [1], True), x)
+        assert_close_to_eager(got, (x * x).sum(1, keepdim=True))
+        assert ("r0 += 8" in backend.kernels[0].source) == (n > 8)
+
+
+def test_zero_size_inputs():
+    for shape in [(0, 5), (4, 0), (0,)]:
+        x = torch.randn(shape)
+        fn = lambda x: torch.softmax(x * 2, -1) + torch.sigmoid(x)  # noqa: E731
+        got = framejit.compile(fn, backend="c")(x)
+        assert got.shape == fn(x).shape
+        assert_close_to_eager(got, fn(x))
+
+
+def test_huge_sum_keeps_its_precision():
+    """fp32 sums add in fp32 inside 4096-element chunks, chunks in fp64: 2**25 + 4 ones sum to
+    exactly that (a plain fp32 accumulator stops at 2**24)."""
+    ones = torch.ones(1).expand(2**25 + 4)
+    got, _ = run_kernels(lambda x: A.sum.dim_IntList(A.mul.Tensor(x, 1.0), [0], True), ones)
+    assert got.item() == 2**25 + 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_stores_round_exactly_like_torch(dtype):
+    finfo = torch.finfo(dtype)
+    values = [0.0, -0.0, 1.0, 1.0 + finfo.eps / 2, 1.0 + 1.5 * finfo.eps, finfo.max, finfo.max * 1.5,
+              finfo.tiny, finfo.tiny / 3, -finfo.tiny / 7, 65520.0, 65519.99, 1e-8, -1e-8,
+              float("inf"), float("-inf"), float("nan"), 3.14159265, -2.71828]
+    x = torch.tensor(values + torch.randn(100).mul(1000).tolist(), dtype=torch.float32)
+    got, _ = run_kernels(lambda x: P.convert_element_type.default(A.mul.Tensor(x, 1.0), dtype), x)
+    expected = x.to(dtype)
+    assert torch.equal(got.view(torch.int16)[~expected.isnan()],
+                       expected.view(torch.int16)[~expected.isnan()])
+    assert torch.equal(got.isnan(), expected.isnan())
+    back, _ = run_kernels(lambda h: A.mul.Tensor(P.convert_element_type.default(h, torch.float32), 1.0),
+                          expected)
+    assert torch.equal(back, expected.float()) or torch.allclose(back, expected.float(), equal_nan=True)
+
+
+def test_integer_arithmetic_wraps_like_torch():
+    a = torch.tensor([2**31 - 1, -(2**31), 12345, -7], dtype=torch.int32)
+
+    def f(a):
+        return A.mul.Tensor(A.add.Tensor(a, 1), 3), A.neg.default(a)
+
+    got, _ = run_kernels(f, a)
+    assert all(torch.equal(g, e) for g, e in zip(got, f(a)))
+
+
+def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 3.25), 0.125)  # noqa: E731
+    x = torch.randn(9)
+    c_runtime.clear_memory_cache()
+    before = dict(c_runtime.c_counters)
+    first, _ = run_kernels(fn, x)
+    assert c_runtime.c_counters["compiles"] == before["compiles"] + 1
+    assert len(list(tmp_path.glob("c/*.so"))) == 1
+    second, _ = run_kernels(fn, x)  # the same process: nothing built, nothing read
+    assert c_runtime.c_counters == {**before, "compiles": before["compiles"] + 1}
+    c_runtime.clear_memory_cache()  # as a new process
+    third, _ = run_kernels(fn, x)
+    assert c_runtime.c_counters["compiles"] == before["compiles"] + 1
+    assert c_runtime.c_counters["disk_hits"] == before["disk_hits"] + 1
+    assert torch.equal(first, second) and torch.equal(first, third)
+
+
+def test_one_shared_object_per_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    c_runtime.clear_memory_cache()
+
+    def f(x, w):
+        a = A.relu.default(A.add.Tensor(x, 1.5))
+        return A.mul.Tensor(A.sigmoid.default(A.mm.default(a, w)), 2.5)
+
+    got, backend = run_kernels(f, x, w)
+    assert len(backend.kernels) == 2
+    assert_close_to_eager(got, f(x, w))
+    assert len(list(tmp_path.glob("c/*.so"))) == 1
+
+
+def test_without_a_c_compiler_the_graph_runs_as_python_with_a_warning(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/framejit-cc")
+    with pytest.warns(UserWarning, match="no C compiler: '/nonexistent/framejit-cc'"):
+        got = framejit.compile(lambda x: torch.exp(x) + 1, backend="c")(torch.ones(3))
+    assert_close_to_eager(got, torch.exp(torch.ones(3)) + 1)
+    assert framejit.stats()["fallbacks"] == 1
+
+
+def test_a_kernel_that_does_not_compile_runs_as_torch_ops(monkeypatch):
+    def broken(names, functions):
+        raise c_runtime.KernelCompileError("cc failed")
+
+    monkeypatch.setattr(c_runtime, "_build", broken)
+    x = torch.randn(6, 11)
+    with pytest.warns(UserWarning, match="failed to compile on cpu .* run as torch ops instead"):
+        got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 1.75)), x)
+    assert len(backend.kernels) == 1
+    assert_close_to_eager(got, torch.softmax(x * 1.75, -1))
+
+
+def test_ctypes_launch_when_the_launcher_extension_is_missing(monkeypatch):
+    monkeypatch.setattr(c_runtime, "_launch", None)
+    x = torch.randn(3, 13)
+    got, backend = run_kernels(lambda x: A.mul.Tensor(A.sub.Tensor(x, 0.375), x), x)
+    assert backend.kernels[0]._fast.__globals__["_launch"] is c_runtime._ctypes_launch
+    assert_close_to_eager(got, (x - 0.375) * x)
