@@ -59,6 +59,19 @@ PRELUDE = r"""
 #include <omp.h>
 #endif
 
+/* glibc's vector math (libmvec): declared here because math.h declares it only under
+   -ffast-math, which framejit never uses. The runtime defines FJ_LIBMVEC (and links -lmvec)
+   when a probe links. */
+#ifdef FJ_LIBMVEC
+#define FJ_SIMD_DECL(T, name) _Pragma("omp declare simd notinbranch") T name(T);
+FJ_SIMD_DECL(float, expf) FJ_SIMD_DECL(float, logf) FJ_SIMD_DECL(float, log1pf)
+FJ_SIMD_DECL(float, expm1f) FJ_SIMD_DECL(float, sinf) FJ_SIMD_DECL(float, cosf)
+FJ_SIMD_DECL(float, tanhf) FJ_SIMD_DECL(float, erff)
+FJ_SIMD_DECL(double, exp) FJ_SIMD_DECL(double, log) FJ_SIMD_DECL(double, log1p)
+FJ_SIMD_DECL(double, expm1) FJ_SIMD_DECL(double, sin) FJ_SIMD_DECL(double, cos)
+FJ_SIMD_DECL(double, tanh) FJ_SIMD_DECL(double, erf)
+#endif
+
 static inline float fj_bf2f(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -417,7 +430,11 @@ class _Renderer:
         body = self.full_closure([k.ops[i].args[1] for i in group])
         sums = [i for i in group if k.ops[i].args[0] == "sum"]
         float_sums = [i for i in sums if k.ops[k.ops[i].args[1]].dtype == torch.float32]
-        simd = all(k.ops[i].args[0] == "sum" for i in group)
+        # max/min vectorize as an OpenMP max/min reduction plus a NaN flag (the reduction
+        # itself has no NaN rule); arg reductions keep their first-index rule in scalar code.
+        simd = all(k.ops[i].args[0] in ("sum", "max", "min") for i in group) and all(
+            k.ops[k.ops[i].args[1]].dtype != torch.bool for i in group)
+        extrema = [i for i in group if k.ops[i].args[0] in ("max", "min")]
         ind = indent
         if float_sums and self.rnumel > SUM_CHUNK:
             self.lines.append(f"{ind}for (int64_t r0 = {lo}; r0 < {hi}; r0 += {SUM_CHUNK}) {{")
@@ -428,9 +445,21 @@ class _Renderer:
         chunk = {i: (f"c{i}" if i in float_sums else f"a{i}") for i in sums}
         for i in float_sums:
             self.lines.append(f"{ind}float c{i} = 0;")
+        for i in extrema:
+            if k.ops[k.ops[i].args[1]].dtype.is_floating_point:
+                self.lines.append(f"{ind}_Bool n{i} = 0;")
         if simd:
-            red = ", ".join(chunk[i] for i in sums)
-            self.lines.append(f"{ind}#pragma omp simd reduction(+:{red})")
+            clauses = []
+            if sums:
+                clauses.append(f"reduction(+:{', '.join(chunk[i] for i in sums)})")
+            for kind in ("max", "min"):
+                names = [f"a{i}" for i in extrema if k.ops[i].args[0] == kind]
+                if names:
+                    clauses.append(f"reduction({kind}:{', '.join(names)})")
+            flags = [f"n{i}" for i in extrema if k.ops[k.ops[i].args[1]].dtype.is_floating_point]
+            if flags:
+                clauses.append(f"reduction(|:{', '.join(flags)})")
+            self.lines.append(f"{ind}#pragma omp simd {' '.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = {lo}; r < {hi}; r++) {{")
         inner = ind + "    "
         self.define_dims(self.rdims, "r", "r", inner)
@@ -445,7 +474,9 @@ class _Renderer:
                 self.lines.append(f"{inner}{chunk[i]} += {v};")
             elif kind in ("max", "min"):
                 cmp = ">" if kind == "max" else "<"
-                self.lines.append(f"{inner}if ({v} {cmp} a{i} || {v} != {v}) a{i} = {v};")
+                self.lines.append(f"{inner}a{i} = {v} {cmp} a{i} ? {v} : a{i};")
+                if k.ops[src].dtype.is_floating_point:
+                    self.lines.append(f"{inner}n{i} |= {v} != {v};")
             else:
                 cmp = ">" if kind == "argmax" else "<"
                 # Strictly better keeps the first index; the first NaN wins and stays.
@@ -454,6 +485,9 @@ class _Renderer:
         self.lines.append(f"{ind}}}")
         for i in float_sums:
             self.lines.append(f"{ind}a{i} += c{i};")
+        for i in extrema:
+            if k.ops[k.ops[i].args[1]].dtype.is_floating_point:
+                self.lines.append(f"{ind}if (n{i}) a{i} = NAN;")
         if ind != indent:
             self.lines.append(f"{indent}}}")
 

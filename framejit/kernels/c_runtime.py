@@ -84,11 +84,60 @@ def find_compiler() -> tuple[list[str], str]:
     return found
 
 
+_PROBE = """#include <math.h>
+#define FJ_LIBMVEC
+%s
+void probe(const float *restrict a, float *restrict o, const double *restrict b, double *restrict p) {
+    #pragma omp simd
+    for (int i = 0; i < 64; i++) o[i] = expf(a[i]) + logf(a[i]) + log1pf(a[i]) + expm1f(a[i])
+        + sinf(a[i]) + cosf(a[i]) + tanhf(a[i]) + erff(a[i]);
+    #pragma omp simd
+    for (int i = 0; i < 64; i++) p[i] = exp(b[i]) + log(b[i]) + log1p(b[i]) + expm1(b[i])
+        + sin(b[i]) + cos(b[i]) + tanh(b[i]) + erf(b[i]);
+}
+"""
+_extra_flags: dict[str, tuple[str, ...]] = {}
+
+
+def extra_flags() -> tuple[str, ...]:
+    """``-DFJ_LIBMVEC -lmvec`` when glibc's vector math links with this compiler (so exp, tanh,
+    erf, ... vectorize); probed once per compiler and remembered on disk."""
+    command, version = find_compiler()
+    key = hashlib.sha256("\0".join([version, " ".join(command), *FLAGS]).encode()).hexdigest()[:24]
+    if key in _extra_flags:
+        return _extra_flags[key]
+    record = os.path.join(cache_dir(), f"probe-{key}.txt")
+    try:
+        with open(record) as f:
+            flags = tuple(f.read().split())
+    except OSError:
+        folder = cache_dir()
+        source = os.path.join(folder, f"probe-{key}.{os.getpid()}.c")
+        target = source[:-2] + ".so"
+        decls = PRELUDE.split("#ifdef FJ_LIBMVEC")[1].split("#endif")[0]
+        with open(source, "w") as f:
+            f.write(_PROBE % decls)
+        result = subprocess.run([*command, *FLAGS, source, "-o", target, "-lm", "-lmvec"],
+                                capture_output=True, text=True)
+        flags = ("-DFJ_LIBMVEC", "-lmvec") if result.returncode == 0 else ()
+        for path in (source, target):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        with open(f"{record}.{os.getpid()}.tmp", "w") as f:
+            f.write(" ".join(flags))
+        os.replace(f"{record}.{os.getpid()}.tmp", record)
+    _extra_flags[key] = flags
+    return flags
+
+
 def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     """Compile (or find in the disk cache) one shared object with ``names``; their addresses."""
     command, version = find_compiler()
+    flags = (*FLAGS, *extra_flags())
     unit = PRELUDE + "\n" + "\n".join(functions[n] for n in names)
-    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *FLAGS]).encode()).hexdigest()[:40]
+    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
     folder = cache_dir()
     path = os.path.join(folder, f"{key}.so")
     if os.path.exists(path):
@@ -99,7 +148,9 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
         with open(f"{source}.{os.getpid()}.tmp", "w") as f:
             f.write(unit)
         os.replace(f"{source}.{os.getpid()}.tmp", source)
-        result = subprocess.run([*command, *FLAGS, source, "-o", tmp, "-lm"],
+        defines = [f for f in flags if not f.startswith("-l")]
+        libraries = [f for f in flags if f.startswith("-l")]  # after the source, for the linker
+        result = subprocess.run([*command, *defines, source, "-o", tmp, "-lm", *libraries],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             try:
