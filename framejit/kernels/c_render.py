@@ -447,7 +447,9 @@ class _Renderer:
             self.lines.append(f"{ind}float c{i} = 0;")
         for i in extrema:
             if k.ops[k.ops[i].args[1]].dtype.is_floating_point:
-                self.lines.append(f"{ind}_Bool n{i} = 0;")
+                # An int, not a _Bool: gcc finds no vector type for a _Bool reduction and
+                # leaves the whole row loop scalar (softmax ran 3x slower).
+                self.lines.append(f"{ind}int n{i} = 0;")
         if simd:
             clauses = []
             if sums:
