@@ -16,7 +16,7 @@ def reference(gm, x, w):
 
 
 def test_builtin_backends_are_listed():
-    assert {"eager", "default", "triton"} <= set(list_backends())
+    assert {"eager", "default", "triton", "c"} <= set(list_backends())
     assert list_backends() == sorted(list_backends())
 
 
@@ -25,7 +25,7 @@ def test_unknown_name_lists_registered_backends():
         lookup_backend("tensorrt")
     message = str(info.value)
     assert "unknown backend 'tensorrt'" in message
-    assert "Registered backends: default, eager, triton" in message
+    assert "Registered backends: c, default, eager, triton" in message
     assert "register_backend" in message
 
 
