@@ -52,6 +52,10 @@ def parse_args(argv=None):
     ap.add_argument("--backend", default="default",
                     help="framejit backend (default 'default'; 'triton' on CPU needs TRITON_INTERPRET=1 "
                          "and a tiny --shape)")
+    ap.add_argument("--device", default=None, choices=["cuda", "cpu"],
+                    help="cpu: CPU tensors at realistic sizes (default 4096x1024 fp32), for "
+                         "backend='c' (C kernels); default: cuda when available")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads with --device cpu")
     ap.add_argument("--warm-caches", action="store_true",
                     help="keep the usual Triton/Inductor/framejit disk caches (first calls may be warm)")
     ap.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
@@ -316,8 +320,16 @@ def parse_shape(text: str) -> tuple[int, int]:
 
 def main(opts) -> int:
     warnings.filterwarnings("ignore")
-    cuda = torch.cuda.is_available()
-    if cuda:
+    cuda = torch.cuda.is_available() and opts.device != "cpu"
+    if opts.device == "cpu":
+        # CPU kernels (backend="c"): realistic sizes, the thread count asked for.
+        device = torch.device("cpu")
+        device_name = f"cpu, {opts.threads} thread(s)"
+        m, n = parse_shape(opts.shape or "4096x1024")
+        dtypes = (opts.dtype or "fp32").split(",")
+        copy_numel = 1 << 24
+        torch.set_num_threads(opts.threads)
+    elif cuda:
         device = torch.device("cuda")
         device_name = torch.cuda.get_device_name()
         m, n = parse_shape(opts.shape or ("4096x4096" if opts.quick else "8192x4096"))
