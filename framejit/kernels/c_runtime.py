@@ -32,6 +32,7 @@ import torch
 
 from .c_render import PRELUDE, function_name, render_function
 from .ir import Kernel
+from .launch import KernelLauncher
 from .triton_runtime import KernelCompileError, counters
 
 #: The compiler flags. IEEE-strict: errno kept (pytorch#143978), no contraction (eager rounds
@@ -223,13 +224,10 @@ def _ctypes_launch(address: int, nthreads: int, *tensors: torch.Tensor) -> None:
     fn((ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors]), nthreads)
 
 
-class CLauncher:
+class CLauncher(KernelLauncher):
     """Runs one C kernel: ``launcher(*inputs) -> output tensor or tuple of them``; the same
     contract as the Triton :class:`~framejit.kernels.triton_runtime.Launcher`."""
 
-    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot compile.
-    fallback = None
-    _fast = None
     language = "c"
 
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
@@ -251,52 +249,16 @@ class CLauncher:
         counters["kernels"] += 1
         counters["kernel_seconds"] += time.perf_counter() - t0
 
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    def __repr__(self) -> str:
-        return f"<C kernel {self.kernel.name}>"
-
-    def __call__(self, *inputs: torch.Tensor):
-        if self._fast is None:
-            return self._first_call(inputs)
-        return self._fast(*inputs)
-
     def _first_call(self, inputs: tuple):
         try:
             address = address_of(self)
         except KernelCompileError as e:
-            if self.fallback is None:
-                raise
-            import warnings
-
-            warnings.warn(f"framejit: kernel {self.name} failed to compile on {self.device} "
-                          f"({type(e).__name__}: {e}); its operations run as torch ops instead",
-                          stacklevel=2)
-            self._fast = self.fallback
-            return self.fallback(*inputs)
+            return self._use_fallback(e, inputs)
         self._build_fast(address)
         return self._fast(*inputs)
 
     def _build_fast(self, address: int) -> None:
-        """A launch function for this kernel: allocate the outputs, (draw the seed), call."""
-        n_in = len(self.kernel.inputs) - (self.seed_index is not None)
-        params = [f"a{i}" for i in range(n_in)]
-        namespace: dict[str, Any] = {
-            "_empty": torch.empty_strided, "_randint": torch.randint, "_i64": torch.int64,
+        """A launch function for this kernel (see launch.launch_function)."""
+        self._set_fast("_launch(_address, _threads(), {args})", {
             "_threads": torch.get_num_threads, "_launch": _launch or _ctypes_launch,
-            "_address": address}
-        lines = [f"def launch_{self.name}({', '.join(params)}):"]
-        outs = []
-        for k, (size, stride, dtype) in enumerate(self.outputs):
-            namespace[f"_dt{k}"] = dtype
-            lines.append(f"    o{k} = _empty({tuple(size)!r}, {tuple(stride)!r}, dtype=_dt{k})")
-            outs.append(f"o{k}")
-        args = list(params)
-        if self.seed_index is not None:
-            args.insert(self.seed_index, "_randint(2147483647, (), dtype=_i64)")
-        lines.append(f"    _launch(_address, _threads(), {', '.join(args + outs)})")
-        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
-        exec(compile("\n".join(lines) + "\n", f"<framejit-launch {self.name}>", "exec"), namespace)
-        self._fast = namespace[f"launch_{self.name}"]
+            "_address": address})

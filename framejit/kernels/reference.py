@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from .ir import FULL, Kernel
+from .launch import KernelLauncher
 from .lowering import reduced_shape
 
 _UNARY = {
@@ -102,9 +103,11 @@ def _reduce(kind: str, x: torch.Tensor, dims: tuple[int, ...], sizes) -> torch.T
     return torch.argmin(x, dim, keepdim=True)
 
 
-class ReferenceLauncher:
+class ReferenceLauncher(KernelLauncher):
     """Runs a kernel with :func:`run_reference` instead of a renderer's code; same calling
     convention as the Triton launcher (``launcher(*inputs) -> output(s)``)."""
+
+    language = "reference"
 
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
                  seed_index: int | None) -> None:
@@ -113,13 +116,6 @@ class ReferenceLauncher:
         self.device = device
         self.seed_index = seed_index
         self.source = str(kernel)
-
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    def __repr__(self) -> str:
-        return f"<kernel {self.kernel.name}>"
 
     def __call__(self, *inputs: torch.Tensor):
         args = list(inputs)

@@ -24,6 +24,7 @@ import torch
 
 from . import triton_render
 from .ir import Kernel, product
+from .launch import KernelLauncher
 from .triton_render import is_persistent, render
 
 #: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
@@ -161,13 +162,15 @@ def configs(kernel: Kernel, interpret: bool) -> list[dict]:
             {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
 
 
-class Launcher:
+class Launcher(KernelLauncher):
     """Runs one kernel: ``launcher(*inputs) -> output tensor or tuple of them``.
 
     ``outputs``: (sizes, strides, dtype, device) of each output; ``seed_index``: position of the
     random-seed argument among the kernel inputs (drawn per call from the device's generator,
     so ``torch.manual_seed`` makes runs reproducible), or None.
     """
+
+    language = "triton"
 
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
                  seed_index: int | None) -> None:
@@ -189,13 +192,6 @@ class Launcher:
         counters["kernels"] += 1
         counters["kernel_seconds"] += time.perf_counter() - t0
 
-    @property
-    def name(self) -> str:
-        return self.kernel.name
-
-    def __repr__(self) -> str:
-        return f"<kernel {self.kernel.name}>"
-
     def _set_config(self, config: dict) -> None:
         self.config = config
         self.grid = (-(-self.xnumel // config["XBLOCK"]),)
@@ -213,39 +209,11 @@ class Launcher:
         args.insert(self.seed_index, seed)
         return args
 
-    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot compile.
-    fallback = None
-
-    _fast = None
-
-    def __call__(self, *inputs: torch.Tensor):
-        if self._fast is None:
-            return self._first_call(inputs)
-        return self._fast(*inputs)
-
     def _build_fast(self) -> None:
-        """A launch function specialised to the chosen config: allocate the outputs, (draw the
-        seed), launch, return. No other Python work per call."""
-        n_in = len(self.kernel.inputs) - (self.seed_index is not None)
-        params = [f"a{i}" for i in range(n_in)]
-        namespace: dict[str, Any] = {"_empty": torch.empty_strided, "_dev": self.device,
-                                     "_run": self.fn[self.grid], "_randint": torch.randint,
-                                     "_i64": torch.int64}
-        lines = [f"def launch_{self.name}({', '.join(params)}):"]
-        outs = []
-        for k, (size, stride, dtype) in enumerate(self.outputs):
-            namespace[f"_dt{k}"] = dtype
-            lines.append(f"    o{k} = _empty({tuple(size)!r}, {tuple(stride)!r}, dtype=_dt{k}, device=_dev)")
-            outs.append(f"o{k}")
-        args = list(params)
-        if self.seed_index is not None:
-            args.insert(self.seed_index, "_randint(2147483647, (), dtype=_i64, device=_dev)")
-        args += outs + [repr(v) for v in self.scalars]
-        args += [f"{key}={value!r}" for key, value in self.config.items()]
-        lines.append(f"    _run({', '.join(args)})")
-        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
-        exec(compile("\n".join(lines) + "\n", f"<framejit-launch {self.name}>", "exec"), namespace)
-        self._fast = namespace[f"launch_{self.name}"]
+        """The launch function specialised to the chosen config (see launch.launch_function)."""
+        scalars = ", ".join(repr(v) for v in self.scalars)
+        config = ", ".join(f"{key}={value!r}" for key, value in self.config.items())
+        self._set_fast(f"_run({{args}}, {scalars}, {config})", {"_run": self.fn[self.grid]})
 
     def _first_call(self, inputs: tuple):
         # Triton compiles at the first launch: a kernel this device cannot build runs as the
@@ -256,15 +224,7 @@ class Launcher:
             self._tune(inputs)
             self._warmup(inputs)
         except compile_errors() as e:
-            if self.fallback is None:
-                raise
-            import warnings
-
-            warnings.warn(f"framejit: kernel {self.name} failed to compile on {self.device} "
-                          f"({type(e).__name__}: {e}); its operations run as torch ops instead",
-                          stacklevel=2)
-            self._fast = self.fallback
-            return self.fallback(*inputs)
+            return self._use_fallback(e, inputs)
         self._build_fast()
         return self._fast(*inputs)
 
