@@ -41,7 +41,7 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
             "shape compiles its own version (up to recompile_limit). Use dynamic=None or False."
         )
     opts = make_options(fullgraph=fullgraph, dynamic=dynamic, overrides=options)
-    compile_graph = make_compiler(backend, opts)  # an unknown backend name fails here
+    compile_graph = make_compiler(backend)  # an unknown backend name fails here
     if isinstance(fn_or_module, torch.nn.Module):
         return CompiledModule(fn_or_module, compile_graph, opts)
     if not callable(fn_or_module):

@@ -38,7 +38,7 @@ from .fx_ir import GraphModule
 CompileFn = Callable[[GraphModule, list], Callable[..., Any]]
 
 
-def make_compiler(backend: Any, options: Any = None) -> CompileFn:
+def make_compiler(backend: Any) -> CompileFn:
     """The compile pipeline for one ``compile()`` wrapper: ``fn(gm, example_inputs) -> callable``.
 
     An unknown backend name fails here, at ``compile()`` time. The returned function raises

@@ -26,7 +26,7 @@ from .fx_ir import Graph, GraphModule, Node
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
-from .passes import fusion
+from .passes import fusion, run_passes
 
 
 def _device_of(node: Node) -> torch.device | None:
@@ -52,13 +52,6 @@ def make_classifier(devices: Iterable[str]) -> Callable[[Node], str | None]:
 
     return classify_on
 
-
-def run_passes(graph: Graph, constants: dict | None, lint: bool = False) -> None:
-    from . import passes
-
-    runner = getattr(passes, "run_passes", None)
-    if runner is not None:
-        runner(graph, constants, lint=lint)
 
 
 def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterable[str],

@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from .ir import FULL, OUTER, Kernel, Op, Sym
+from .ir import FULL, OUTER, Kernel, Op, Sym, is_operand
 
 #: Kernels over fewer elements than this run on one thread (OpenMP costs a few microseconds).
 PARALLEL_MIN = 32768
@@ -266,7 +266,7 @@ class _Renderer:
 
     # -- values -------------------------------------------------------------------------------
     def expr(self, op: Op) -> str:
-        a = [f"t{x}" if isinstance(x, int) and not isinstance(x, bool) else x for x in op.args]
+        a = [f"t{x}" if is_operand(x) else x for x in op.args]
         k, dt = op.kind, op.dtype
         ct = c_type(dt)
         if k == "load":
@@ -352,22 +352,6 @@ class _Renderer:
                 self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {self.expr(op)};")
 
     # -- structure ------------------------------------------------------------------------------
-    def full_closure(self, roots: list[int]) -> list[int]:
-        """The FULL ops (in order) that ``roots`` need, stopping at OUTER values."""
-        need: set[int] = set()
-        stack = list(roots)
-        while stack:
-            i = stack.pop()
-            op = self.k.ops[i]
-            if i in need or op.level != FULL or op.kind == "reduce":
-                continue
-            need.add(i)
-            if op.kind == "store":
-                stack.append(op.args[1])
-            elif op.kind not in ("load", "const", "rand"):
-                stack.extend(a for a in op.args if isinstance(a, int) and not isinstance(a, bool))
-        return sorted(need)
-
     def reduce_deps(self) -> list[set[int]]:
         """For each op, the reductions it depends on (itself included for a reduce)."""
         deps: list[set[int]] = []
@@ -379,7 +363,7 @@ class _Renderer:
                 d |= deps[op.args[1]] | {i}
             elif op.kind not in ("load", "const", "rand"):
                 for a in op.args:
-                    if isinstance(a, int) and not isinstance(a, bool):
+                    if is_operand(a):
                         d |= deps[a]
             deps.append(d)
         return deps
@@ -427,7 +411,7 @@ class _Renderer:
     def reduce_loop(self, group: list[int], lo: str, hi: str, indent: str) -> None:
         """Accumulate ``group`` over ``r`` in [lo, hi) into ``a<i>`` (and ``a<i>_i``)."""
         k = self.k
-        body = self.full_closure([k.ops[i].args[1] for i in group])
+        body = self.k.full_closure([k.ops[i].args[1] for i in group])
         sums = [i for i in group if k.ops[i].args[0] == "sum"]
         float_sums = [i for i in sums if k.ops[k.ops[i].args[1]].dtype == torch.float32]
         # max/min vectorize as an OpenMP max/min reduction plus a NaN flag (the reduction
@@ -555,7 +539,7 @@ class _Renderer:
         self.finish(group, indent)
 
     def store_loop(self, stores: list[int], indent: str, split: bool) -> None:
-        body = self.full_closure(stores)
+        body = self.k.full_closure(stores)
         if split:
             self.lines.append(f"{indent}#pragma omp parallel for simd num_threads(nthreads) if(nthreads > 1) schedule(static)")
         else:

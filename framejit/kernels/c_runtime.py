@@ -32,7 +32,7 @@ import torch
 
 from .c_render import PRELUDE, function_name, render_function
 from .ir import Kernel
-from .launch import KernelLauncher
+from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError, counters
 
 #: The compiler flags. IEEE-strict: errno kept (pytorch#143978), no contraction (eager rounds
@@ -52,14 +52,6 @@ _compilers: dict[str, tuple[list[str], str]] = {}
 class CCompilerMissing(RuntimeError):
     """No C compiler: set ``CC`` to one (gcc or clang with OpenMP), install one (``apt-get
     install gcc``), or use ``backend="eager"``."""
-
-
-def cache_dir() -> str:
-    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "framejit")
-    path = os.path.join(root, "c")
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 def find_compiler() -> tuple[list[str], str]:
@@ -107,12 +99,12 @@ def extra_flags() -> tuple[str, ...]:
     key = hashlib.sha256("\0".join([version, " ".join(command), *FLAGS]).encode()).hexdigest()[:24]
     if key in _extra_flags:
         return _extra_flags[key]
-    record = os.path.join(cache_dir(), f"probe-{key}.txt")
+    record = os.path.join(cache_dir("c"), f"probe-{key}.txt")
     try:
         with open(record) as f:
             flags = tuple(f.read().split())
     except OSError:
-        folder = cache_dir()
+        folder = cache_dir("c")
         source = os.path.join(folder, f"probe-{key}.{os.getpid()}.c")
         target = source[:-2] + ".so"
         decls = PRELUDE.split("#ifdef FJ_LIBMVEC")[1].split("#endif")[0]
@@ -139,7 +131,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     flags = (*FLAGS, *extra_flags())
     unit = PRELUDE + "\n" + "\n".join(functions[n] for n in names)
     key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
-    folder = cache_dir()
+    folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
     if os.path.exists(path):
         c_counters["disk_hits"] += 1

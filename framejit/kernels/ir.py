@@ -100,7 +100,7 @@ class Op:
 
     def format(self, index: int) -> str:
         def show(a: Any) -> str:
-            return f"%{a}" if isinstance(a, int) and not isinstance(a, bool) else str(a)
+            return f"%{a}" if is_operand(a) else str(a)
 
         if self.kind == "store":
             return f"store {self.args[0]} %{self.args[1]}"
@@ -156,6 +156,23 @@ class Kernel:
     def outputs(self) -> list[Buffer]:
         return [b for b in self.buffers if b.is_output]
 
+    def full_closure(self, roots: list[int]) -> list[int]:
+        """The FULL ops (in order) that the ops ``roots`` need, stopping at OUTER values: what a
+        renderer recomputes in each pass over a row."""
+        need: set[int] = set()
+        stack = list(roots)
+        while stack:
+            i = stack.pop()
+            op = self.ops[i]
+            if i in need or op.level != FULL or op.kind == "reduce":
+                continue
+            need.add(i)
+            if op.kind == "store":
+                stack.append(op.args[1])
+            elif op.kind not in ("load", "const", "rand"):
+                stack.extend(a for a in op.args if is_operand(a))
+        return sorted(need)
+
     def symbols(self) -> list[Sym]:
         """The run-time sizes and strides the kernel takes as arguments, in a fixed order."""
         seen: dict[str, Sym] = {}
@@ -172,6 +189,11 @@ class Kernel:
         lines += [f"  {b}" for b in self.buffers]
         lines += [f"  {op.format(i)}" for i, op in enumerate(self.ops)]
         return "\n".join(lines)
+
+
+def is_operand(a: Any) -> bool:
+    """Whether an op argument is an operand (the index of an earlier op), not a literal."""
+    return isinstance(a, int) and not isinstance(a, bool)
 
 
 def product(exprs: tuple[Expr, ...] | list[Expr]) -> Expr:

@@ -9,6 +9,7 @@ torch ops from then on (``fallback``, set by the pipeline), with one warning.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,16 @@ from typing import Any
 import torch
 
 from .ir import Kernel
+
+
+def cache_dir(kind: str) -> str:
+    """The disk cache folder of one kind of kernel (``triton``, ``c``):
+    ``$FRAMEJIT_CACHE_DIR/<kind>``, by default under ``~/.cache/framejit``."""
+    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "framejit")
+    path = os.path.join(root, kind)
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 class KernelLauncher:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .ir import FULL, OUTER, Kernel, Op, Sym, product
+from .ir import FULL, OUTER, Kernel, Op, Sym, is_operand, product
 
 #: The largest reduced extent kept in registers (a persistent reduction).
 PERSISTENT_LIMIT = 8192
@@ -210,7 +210,7 @@ class _Renderer:
         return "xmask"
 
     def expr(self, i: int, op: Op) -> str:
-        a = [f"t{x}" if isinstance(x, int) and not isinstance(x, bool) else x for x in op.args]
+        a = [f"t{x}" if is_operand(x) else x for x in op.args]
         k = op.kind
         dt = tl_dtype(op.dtype)
         if k == "load":
@@ -352,24 +352,6 @@ class _Renderer:
         for i in indices:
             self.emit_op(i, indent)
 
-    def full_closure(self, roots: list[int]) -> list[int]:
-        """The FULL ops (in order) that ``roots`` need, stopping at OUTER values."""
-        need: set[int] = set()
-        stack = list(roots)
-        while stack:
-            i = stack.pop()
-            if i in need:
-                continue
-            op = self.k.ops[i]
-            if op.level != FULL or op.kind == "reduce":
-                continue
-            need.add(i)
-            if op.kind == "store":
-                stack.append(op.args[1])
-            elif op.kind not in ("load", "const", "rand"):
-                stack.extend(a for a in op.args if isinstance(a, int) and not isinstance(a, bool))
-        return sorted(need)
-
     def body(self) -> None:
         ind = "    "
         k = self.k
@@ -400,14 +382,14 @@ class _Renderer:
                            and k.ops[j].kind != "reduce"]
             self.emit_ops(outer_ready, ind)
             done.update(outer_ready)
-            self.reduce_loop(i, op, self.full_closure([op.args[1]]), ind)
+            self.reduce_loop(i, op, self.k.full_closure([op.args[1]]), ind)
             done.add(i)
         rest_outer = [j for j, op in enumerate(k.ops) if j not in done and op.level == OUTER]
         self.emit_ops(rest_outer, ind)
         full_stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
         if full_stores:
             self.loop_header(ind)
-            self.emit_ops(self.full_closure(full_stores), ind + "    ")
+            self.emit_ops(self.k.full_closure(full_stores), ind + "    ")
 
     def pid(self) -> str:
         return "tl.program_id(0).to(tl.int64)" if self.int64 else "tl.program_id(0)"

@@ -24,7 +24,7 @@ import torch
 
 from . import triton_render
 from .ir import Kernel, product
-from .launch import KernelLauncher
+from .launch import KernelLauncher, cache_dir
 from .triton_render import is_persistent, render
 
 #: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
@@ -39,14 +39,6 @@ _lock = threading.Lock()
 def reset_counters() -> None:
     counters["kernels"] = 0
     counters["kernel_seconds"] = 0.0
-
-
-def cache_dir() -> str:
-    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "framejit")
-    path = os.path.join(root, "triton")
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 def source_hash(source: str) -> str:
@@ -105,7 +97,7 @@ def load_kernel(kernel: Kernel, source: str):
         if fn is not None:
             return fn
         digest = source_hash(source)
-        path = os.path.join(cache_dir(), f"k_{digest}.py")
+        path = os.path.join(cache_dir("triton"), f"k_{digest}.py")
         if not os.path.exists(path):
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
@@ -270,7 +262,7 @@ class Launcher(KernelLauncher):
 
 
 def _best_path(digest: str) -> str:
-    return os.path.join(cache_dir(), f"k_{digest}.best.json")
+    return os.path.join(cache_dir("triton"), f"k_{digest}.best.json")
 
 
 def _read_best(digest: str, sizes) -> dict | None:
