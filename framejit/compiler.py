@@ -10,7 +10,8 @@ backends itself. The pipeline for the built-in kernel backends is::
 
 Backends:
     ``"eager"``    the graph's generated Python over torch ops;
-    ``"default"``  Triton kernels for CUDA tensors, eager for CPU tensors (until the C renderer);
+    ``"default"``  C kernels for CPU tensors, Triton kernels for CUDA tensors; without a C
+                   compiler, CPU tensors run eager (one warning says what is missing);
     ``"triton"``   Triton kernels for every tensor; on CPU tensors Triton's interpreter runs them,
                    which is slow and meant for tests;
     ``"c"``        C kernels (compiled with the system C compiler) for CPU tensors, Triton kernels
@@ -89,10 +90,35 @@ def reset_stats() -> None:
 
 
 def kernel_devices(backend_name: str) -> frozenset[str]:
-    """The device types whose tensors get generated kernels under a built-in backend."""
+    """The device types whose tensors get generated kernels under a built-in backend
+    (``"default"`` includes CPU only while a C compiler is found)."""
     if backend_name in ("triton", "c"):
         return frozenset({"cuda", "cpu"})
+    if backend_name == "default" and _have_c_compiler():
+        return frozenset({"cuda", "cpu"})
     return frozenset({"cuda"})
+
+
+_warned_no_c_compiler = False
+
+
+def _have_c_compiler() -> bool:
+    """Whether C kernels can be built; without a compiler, warns once per process (naming what is
+    missing) and the default backend runs CPU tensors eagerly."""
+    from .kernels.c_runtime import CCompilerMissing, find_compiler
+
+    try:
+        find_compiler()
+    except CCompilerMissing as e:
+        global _warned_no_c_compiler
+        if not _warned_no_c_compiler:
+            _warned_no_c_compiler = True
+            import warnings
+
+            warnings.warn(f"framejit: {e}. CPU tensors run as eager torch ops under the default "
+                          f"backend.", RuntimeWarning, stacklevel=2)
+        return False
+    return True
 
 
 def _tensors_on(gm: GraphModule, example_inputs: Sequence[Any], devices: frozenset[str]) -> bool:
@@ -106,13 +132,17 @@ def _tensors_on(gm: GraphModule, example_inputs: Sequence[Any], devices: frozens
 
 
 def default_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
-    """Triton kernels for graphs on CUDA tensors; the eager backend otherwise."""
+    """C kernels for fusion groups on CPU tensors and Triton kernels for those on CUDA tensors;
+    a graph with no tensors on those devices runs as the eager backend."""
     devices = kernel_devices("default")
     if not _tensors_on(gm, example_inputs, devices):
         return gm.forward_fn
+    from .kernels.c_runtime import CLauncher
+    from .kernels.triton_runtime import Launcher
     from .pipeline import compile_with_kernels
 
-    return compile_with_kernels(gm, example_inputs, devices)
+    return compile_with_kernels(gm, example_inputs, devices,
+                                launcher={"cpu": CLauncher, "cuda": Launcher})
 
 
 def triton_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:

@@ -27,6 +27,7 @@ from .kernels.lowering import LoweringError, classify, lower_group, reduction_di
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
+from .passes.util import layout_is_exact
 
 
 def _device_of(node: Node) -> torch.device | None:
@@ -166,6 +167,10 @@ def _rebuild(graph: Graph, launches: list) -> Graph:
             continue
         launcher, lowered, group = launches[u[1]]
         args = tuple(env[n] for n in lowered.inputs if n is not None)
+        launcher.checked_inputs = {
+            i: (tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()))
+            for i, n in enumerate(n for n in lowered.inputs if n is not None)
+            if not layout_is_exact(n, known=unit_of)}
         # The launch runs with capture off: Triton's Python (and the interpreter's) is never
         # offered to the frame hook.
         call = new.call_function(_C.CompiledFunction(launcher, None), args, name=launcher.name)

@@ -33,8 +33,16 @@ class KernelLauncher:
     """Base of the launchers: ``kernel``, ``outputs`` ((sizes, strides, dtype) per output),
     ``device`` and ``seed_index`` (position of the per-call seed among the kernel's inputs)."""
 
-    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot be built.
+    #: The group's torch ops (set by the pipeline): what runs if the kernel cannot be built, or
+    #: when an input's strides are not those the kernel was built for.
     fallback: Callable[..., Any] | None = None
+    #: Input position -> (sizes, strides) predicted at compile time, for the inputs whose real
+    #: strides the pipeline cannot vouch for (outputs of torch ops, whose example values come
+    #: from meta kernels that may lay out a result differently from the real kernel). Each call
+    #: checks them; an input laid out otherwise runs the group's torch ops (set by the pipeline).
+    checked_inputs: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    #: Calls that ran ``fallback`` because an input's strides differed from the prediction.
+    layout_misses = 0
     #: How ``repr`` names the kernel's language.
     language = "kernel"
     _fast: Callable[..., Any] | None = None
@@ -71,6 +79,22 @@ class KernelLauncher:
     def _set_fast(self, call: str, namespace: dict[str, Any]) -> None:
         self._fast = launch_function(self, call, namespace)
 
+    def _layout_miss(self, *inputs: torch.Tensor):
+        """An input is not laid out as the kernel expects: run the group's torch ops."""
+        if self.fallback is None:
+            raise RuntimeError(f"kernel {self.name}: an input's strides differ from those it was "
+                               f"compiled for and it has no fallback")
+        self.layout_misses += 1
+        return self.fallback(*inputs)
+
+
+def layout_fits(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether ``t`` (of sizes ``size``) addresses its elements as ``stride`` does: strides of
+    dimensions of size 1, and all strides of an empty tensor, never matter."""
+    if t.numel() == 0:
+        return True
+    return all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride))
+
 
 def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, Any]):
     """The generated launch function of ``launcher``: ``call`` is the kernel call with
@@ -79,8 +103,14 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
     n_in = len(kernel.inputs) - (launcher.seed_index is not None)
     params = [f"a{i}" for i in range(n_in)]
     namespace = {**namespace, "_empty": torch.empty_strided, "_randint": torch.randint,
-                 "_i64": torch.int64, "_dev": launcher.device}
+                 "_i64": torch.int64, "_dev": launcher.device, "_fits": layout_fits,
+                 "_miss": launcher._layout_miss}
     lines = [f"def launch_{kernel.name}({', '.join(params)}):"]
+    for i, (size, stride) in sorted(launcher.checked_inputs.items()):
+        # One tuple comparison per call; the careful check only when it differs.
+        lines.append(f"    if a{i}.stride() != {tuple(stride)!r} and not _fits(a{i}, {tuple(size)!r}, "
+                     f"{tuple(stride)!r}):")
+        lines.append(f"        return _miss({', '.join(params)})")
     outs = []
     for k, (size, stride, dtype) in enumerate(launcher.outputs):
         namespace[f"_dt{k}"] = dtype

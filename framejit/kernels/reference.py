@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from .ir import FULL, Kernel
-from .launch import KernelLauncher
+from .launch import KernelLauncher, layout_fits
 from .lowering import reduced_shape
 
 _UNARY = {
@@ -118,6 +118,9 @@ class ReferenceLauncher(KernelLauncher):
         self.source = str(kernel)
 
     def __call__(self, *inputs: torch.Tensor):
+        for i, (size, stride) in self.checked_inputs.items():
+            if not layout_fits(inputs[i], size, stride):
+                return self._layout_miss(*inputs)
         args = list(inputs)
         if self.seed_index is not None:
             args.insert(self.seed_index, torch.randint(2**31 - 1, (), dtype=torch.int64))

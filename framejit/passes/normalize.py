@@ -29,6 +29,7 @@ from .util import (
     is_float_tensor,
     is_number,
     is_tensor,
+    layout_is_exact,
     normalize_dims,
     val,
 )
@@ -442,6 +443,8 @@ def _contiguous(b, input, memory_format=torch.contiguous_format):
     if not is_tensor(input) or memory_format is not torch.contiguous_format:
         return None
     if val(input).is_contiguous():
+        if not layout_is_exact(input):
+            return None  # only the real tensor knows: torch decides at run time
         return input  # torch returns the tensor itself
     return b(aten.clone.default, input, memory_format=torch.contiguous_format)
 

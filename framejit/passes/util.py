@@ -101,6 +101,38 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
 
 
+#: Ops whose result's strides are a function of their first argument's (views, and reshapes that
+#: view or copy by a rule every device shares), under their torch, method and aten names.
+_FOLLOW_THEIR_INPUT = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "transpose", "swapaxes", "swapdims", "permute",
+    "movedim", "moveaxis", "t", "expand", "expand_as", "squeeze", "unsqueeze", "select", "narrow",
+    "slice", "getitem", "flatten", "unflatten", "diagonal", "as_strided", "alias", "detach",
+    "contiguous", "_unsafe_view",
+})
+
+
+def layout_is_exact(node: Node, known: Any = ()) -> bool:
+    """Whether the strides of ``node``'s value at run time are those of its example value.
+
+    True for graph inputs and constants (guarded, real), for nodes in ``known`` (say, kernel
+    outputs, allocated as predicted) and for views of those. Any other op's example value comes
+    from a meta kernel, which can lay out a result unlike the real kernel (CPU attention on a
+    strided query returns (batch, seq, head, dim)-ordered strides where its meta kernel says
+    contiguous): decisions that depend on strides must not trust it.
+    """
+    while True:
+        if node.op in ("placeholder", "get_attr") or node in known:
+            return True
+        if node.op not in ("call_function", "call_method") or not node.args \
+                or not isinstance(node.args[0], Node):
+            return False
+        name = node.target if isinstance(node.target, str) else \
+            getattr(node.target, "__name__", "").split(".")[0]
+        if name not in _FOLLOW_THEIR_INPUT:
+            return False
+        node = node.args[0]
+
+
 def rewritable(node: Node) -> bool:
     """Whether a rewriting pass may replace ``node``: a call with a tensor result that does not
     require grad (those keep their composite ops for autograd), no ``out=``, a known device, and

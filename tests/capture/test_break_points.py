@@ -47,8 +47,10 @@ def random_ops(x):
 
 
 def test_random_ops_match_eager_under_the_same_seed(stats):
+    # The eager backend draws from torch's generator in eager's order. Generated kernels draw
+    # dropout masks from their own counter-based generator (as Inductor's do): see below.
     x = torch.ones(16)
-    compiled = framejit.compile(random_ops)
+    compiled = framejit.compile(random_ops, backend="eager")
     for seed in (0, 1):
         torch.manual_seed(seed)
         actual = compiled(x)
@@ -56,6 +58,20 @@ def test_random_ops_match_eager_under_the_same_seed(stats):
         expected = random_ops(x)
         assert_close_to_eager(actual, expected)
     assert (stats.graphs, stats.graph_breaks) == (1, 0)
+
+
+def test_dropout_through_kernels_is_reproducible_under_the_same_seed(stats):
+    x = torch.ones(4096)
+    compiled = framejit.compile(lambda x: nn.functional.dropout(x, p=0.5, training=True) + 1)
+    runs = []
+    for seed in (0, 0, 1):
+        torch.manual_seed(seed)
+        runs.append(compiled(x))
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+    assert not torch.equal(runs[0], runs[2])
+    assert ((runs[0] == 1) | (runs[0] == 3)).all()  # dropped, or kept and scaled by 1/(1-p)
+    assert 0.45 < (runs[0] == 3).float().mean().item() < 0.55
+    assert (stats.graphs, stats.graph_breaks) == (1, 0) and framejit.stats()["kernels"] == 1
 
 
 def seeds_inside(x):

@@ -21,8 +21,10 @@ def test_dump_writes_every_artifact_and_reasons(tmp_path):
     folder = tmp_path / "scaled"
     assert sorted(os.listdir(folder)) == ["0", "1", "reasons.log"]
     files = sorted(os.listdir(folder / "0"))
-    assert files == ["entry.py", "graph.py", "graph.txt", "guards.py", "original_bytecode.txt",
-                     "rewritten_bytecode.txt"]
+    assert files == ["entry.py", "graph.py", "graph.txt", "guards.py", "kernels",
+                     "original_bytecode.txt", "rewritten_bytecode.txt", "wrapper.py"]
+    kernels = sorted(os.listdir(folder / "0" / "kernels"))  # relu * 2.0 on CPU tensors: C
+    assert len(kernels) == 2 and kernels[0].endswith(".c") and kernels[1].endswith(".txt")
     graph_txt = (folder / "0" / "graph.txt").read_text()
     assert "torch.relu" in graph_txt and "f32[3, 5]" in graph_txt
     assert "LOAD_GLOBAL" in (folder / "0" / "original_bytecode.txt").read_text()

@@ -185,6 +185,31 @@ def test_without_a_c_compiler_the_graph_runs_as_python_with_a_warning(monkeypatc
     assert framejit.stats()["fallbacks"] == 1
 
 
+def test_default_backend_uses_c_kernels_on_cpu():
+    framejit.reset()
+    x = torch.randn(5, 7)
+    got = framejit.compile(lambda x: torch.softmax(x * 2.0, -1) + 1)(x)
+    assert_close_to_eager(got, torch.softmax(x * 2.0, -1) + 1)
+    assert framejit.stats()["kernels"] >= 1
+    assert framejit.stats()["graphs"] == 1
+
+
+def test_without_a_c_compiler_the_default_backend_runs_eager_with_one_warning(monkeypatch):
+    from framejit import compiler
+
+    monkeypatch.setenv("CC", "/nonexistent/framejit-cc")
+    monkeypatch.setattr(compiler, "_warned_no_c_compiler", False)
+    framejit.reset()
+    with pytest.warns(RuntimeWarning, match="no C compiler: '/nonexistent/framejit-cc'.*eager") as record:
+        a = framejit.compile(lambda x: torch.exp(x) + 1)(torch.ones(3))
+        b = framejit.compile(lambda x: torch.exp(x) * 2)(torch.ones(3))
+    assert sum("no C compiler" in str(w.message) for w in record) == 1
+    assert_close_to_eager(a, torch.exp(torch.ones(3)) + 1)
+    assert_close_to_eager(b, torch.exp(torch.ones(3)) * 2)
+    stats = framejit.stats()
+    assert (stats["graphs"], stats["fallbacks"], stats["kernels"]) == (2, 0, 0)
+
+
 def test_a_kernel_that_does_not_compile_runs_as_torch_ops(monkeypatch):
     def broken(names, functions):
         raise c_runtime.KernelCompileError("cc failed")
@@ -203,3 +228,45 @@ def test_ctypes_launch_when_the_launcher_extension_is_missing(monkeypatch):
     got, backend = run_kernels(lambda x: A.mul.Tensor(A.sub.Tensor(x, 0.375), x), x)
     assert backend.kernels[0]._fast.__globals__["_launch"] is c_runtime._ctypes_launch
     assert_close_to_eager(got, (x - 0.375) * x)
+
+
+def test_a_kernel_input_laid_out_unlike_its_example_value_runs_as_torch_ops():
+    # CPU attention on a strided query returns (batch, seq, head, dim)-ordered strides where its
+    # meta kernel says contiguous (GPT-2 in transformers). The clone after it was a C kernel that
+    # read its input with the predicted strides: a wrong answer.
+    def attend(x):
+        q, k, v = x.split(16, dim=2)
+        q, k, v = (t.view(2, 8, 4, 4).transpose(1, 2) for t in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).contiguous() * 2
+
+    x = torch.randn(2, 8, 48)
+    compiled = framejit.compile(attend)
+    assert_close_to_eager(compiled(x), attend(x))
+    assert_close_to_eager(compiled(x), attend(x))
+    assert framejit.stats()["kernels"] >= 1
+
+
+def test_inputs_from_torch_ops_are_checked_and_graph_inputs_are_not():
+    from framejit.backends.registry import register_backend
+    from framejit.compiler import default_backend
+
+    seen = []
+
+    @register_backend("test_lying_meta", replace=True)
+    def backend(gm, example_inputs):
+        # Lie about the layout of the matmul's result, as a meta kernel might.
+        (mm,) = [n for n in gm.graph.nodes if n.name == "matmul"]
+        mm.meta["val"] = mm.meta["val"].t().contiguous().t()
+        fn = default_backend(gm, example_inputs)
+        seen.extend(fn.framejit_kernels)
+        return fn
+
+    x, w = torch.randn(6, 5), torch.randn(5, 7)
+    f = lambda x, w: torch.relu(x @ w) + x.sum()  # noqa: E731
+    got = framejit.compile(f, backend="test_lying_meta", fullgraph=True)(x, w)
+    assert_close_to_eager(got, f(x, w))
+    checked = {k.name: dict(k.checked_inputs) for k in seen}
+    (relu,) = [k for k in seen if 0 in k.checked_inputs]
+    assert relu.checked_inputs[0] == ((6, 7), (1, 6)) and relu.layout_misses == 1, checked
+    assert all(not k.checked_inputs for k in seen if k is not relu), checked
