@@ -2,6 +2,7 @@
 framejit against torch.compile in the same run, relative to eager PyTorch.
 
     python benchmarks/models.py [--quick] [--device cpu|cuda] [--dtype bf16|fp16|fp32]
+    python benchmarks/models.py --device cpu --threads N [--quick]
 
 ``--device cpu`` (the default without CUDA): small models on the CPU, framejit against
 torch.compile(backend="eager"), i.e. capture cost and per-call overhead. A training step
@@ -14,6 +15,11 @@ kernels) against torch.compile(backend="inductor"), in bf16 unless --dtype says 
 Without CUDA, ``--device cuda`` says so and runs the same comparison on the CPU at tiny sizes,
 to exercise the code path.
 
+``--device cpu --threads N``: forward only under torch.no_grad() on CPU tensors with N threads,
+at sizes a CPU serves (batch 2, sequence 128, width 256, 2 layers; a small CNN on 8 64x64 images),
+eager against framejit backend="default" (C kernels) against torch.compile(backend="inductor")
+(C++), timed interleaved in the same process; first calls with cold caches.
+
 The transformers models are built from configs with random weights (nothing is downloaded).
 """
 
@@ -21,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
+import statistics
 import sys
 import time
 import timeit
@@ -32,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from models import Block, GPTConfig, TinyGPT  # noqa: E402
-from timing import first_call_s, fmt, time_ms, use_fresh_caches  # noqa: E402
+from timing import first_call_s, fmt, interleaved_cpu_ms, time_ms, use_fresh_caches  # noqa: E402
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
@@ -112,12 +120,16 @@ def main():
                          "(default: cuda if available, else cpu)")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                     help="model dtype for --device cuda (default bf16; fp32 on the CPU fallback)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="--device cpu: forward-only against Inductor with this many threads")
     ap.add_argument("--warm-caches", action="store_true",
                     help="--device cuda: keep the usual compile caches (first calls may be warm)")
     opts = ap.parse_args()
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
         run_forward(opts)
+    elif opts.threads:
+        run_cpu_forward(opts)
     else:
         run_cpu(opts)
 
@@ -350,6 +362,146 @@ def run_forward(opts):
         print("Failures:")
         for name, n in notes:
             print(f"  {name}: {n[:300]}")
+
+
+# -- --device cpu --threads N: forward only, against Inductor ----------------------------------
+
+
+class SmallCNN(nn.Module):
+    """Conv-BN-ReLU stages with pooling, then a linear head: a CNN in eval mode."""
+
+    def __init__(self, width: int = 32, classes: int = 100):
+        super().__init__()
+        layers, c = [], 3
+        for out in (width, width, 2 * width, 2 * width, 4 * width):
+            layers += [nn.Conv2d(c, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU()]
+            if out != c and c != 3:
+                layers.append(nn.MaxPool2d(2))
+            c = out
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _cpu_forward_cases():
+    """(name, make model, args, kwargs) at CPU serving sizes."""
+    batch, seq, width, heads, layers, vocab = 2, 128, 256, 4, 2, 4096
+    tokens = lambda: torch.randint(0, vocab, (batch, seq))  # noqa: E731
+    cases = [
+        ("nanoGPT", lambda: TinyGPT(GPTConfig(vocab_size=vocab, block_size=seq, n_layer=layers,
+                                              n_head=heads, n_embd=width)), (tokens(),), {}),
+        ("TransformerEncoder", lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True),
+            num_layers=layers, enable_nested_tensor=False),
+         (torch.randn(batch, seq, width),), {}),
+        ("CNN (eval)", SmallCNN, (torch.randn(8, 3, 64, 64),), {}),
+    ]
+    try:
+        import transformers as T
+    except ImportError:
+        return cases
+    cases += [
+        ("GPT-2", lambda: T.GPT2LMHeadModel(T.GPT2Config(
+            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=seq)),
+         (tokens(),), {}),
+        ("BERT", lambda: T.BertModel(T.BertConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            intermediate_size=4 * width, vocab_size=vocab, max_position_embeddings=seq)),
+         (tokens(),), {}),
+        ("Llama", lambda: T.LlamaForCausalLM(T.LlamaConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            num_key_value_heads=heads // 2, intermediate_size=688, vocab_size=vocab,
+            max_position_embeddings=seq)),
+         (tokens(),), {}),
+        ("T5", lambda: T.T5Model(T.T5Config(
+            num_layers=layers, d_model=width, num_heads=heads, d_ff=4 * width, d_kv=width // heads,
+            vocab_size=vocab)),
+         (tokens(),), {"decoder_input_ids": tokens()}),
+    ]
+    return cases
+
+
+def _geomean(values):
+    values = [v for v in values if v]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def run_cpu_forward(opts):
+    """Forward only under no_grad on CPU tensors: eager, framejit backend="default" (C kernels),
+    Inductor, interleaved, with ``opts.threads`` threads."""
+    torch.set_num_threads(opts.threads)
+    warnings.filterwarnings("ignore")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except ImportError:
+        pass
+    caches = "usual" if opts.warm_caches else "fresh, " + use_fresh_caches()
+    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, CPU, "
+          f"{torch.get_num_threads()} thread(s), fp32, caches: {caches}")
+    warm = torch.randn(8, 8)
+    for compiler in (framejit.compile, lambda f: torch.compile(f, backend="inductor")):
+        compiler(lambda x: (x * 2).relu())(warm)  # import and initialise both, untimed
+    framejit.reset()
+    torch._dynamo.reset()
+    rows = []
+    t0 = time.perf_counter()
+    for name, make, args, kwargs in _cpu_forward_cases():
+        torch.manual_seed(0)
+        model = make().eval()
+        row = {"name": name, "notes": []}
+        with torch.no_grad():
+            reference = model(*args, **kwargs)
+            fns = {"eager": lambda m=model, a=args, k=kwargs: m(*a, **k)}
+            try:
+                framejit.reset()
+                compiled = framejit.compile(model)
+                row["fj_first_s"], out = first_call_s(compiled, args, kwargs)
+                s = framejit.stats()
+                row.update(graphs=s["graphs"], breaks=s["graph_breaks"], kernels=s["kernels"],
+                           err=_rel_error(out, reference))
+                fns["fj"] = lambda m=compiled, a=args, k=kwargs: m(*a, **k)
+            except Exception as e:
+                row["notes"].append(f"framejit: {type(e).__name__}: {e}")
+            try:
+                torch._dynamo.reset()
+                inductor = torch.compile(model, backend="inductor")
+                row["ind_first_s"], _ = first_call_s(inductor, args, kwargs)
+                fns["ind"] = lambda m=inductor, a=args, k=kwargs: m(*a, **k)
+            except Exception as e:
+                row["notes"].append(f"inductor: {type(e).__name__}: {str(e).splitlines()[0]}")
+            times = interleaved_cpu_ms(fns, rounds=7 if opts.quick else 15)
+        row.update(eager_ms=times["eager"], fj_ms=times.get("fj"), ind_ms=times.get("ind"))
+        rows.append(row)
+        print(f"  {name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    print()
+    print(f"{'model':<20}{'eager ms':>10}{'fj ms':>9}{'ind ms':>9}{'fj/eager':>10}{'ind/eager':>10}"
+          f"{'fj/ind':>8}{'1st fj s':>10}{'1st ind s':>11}{'ind/fj 1st':>11}{'graphs':>8}"
+          f"{'kernels':>9}{'rel err':>9}")
+    for r in rows:
+        g = r.get
+        print(f"{r['name']:<20}{fmt(g('eager_ms'), '.2f', 10)}{fmt(g('fj_ms'), '.2f', 9)}"
+              f"{fmt(g('ind_ms'), '.2f', 9)}{fmt(_ratio(g('fj_ms'), g('eager_ms')), '.2f', 10)}"
+              f"{fmt(_ratio(g('ind_ms'), g('eager_ms')), '.2f', 10)}"
+              f"{fmt(_ratio(g('fj_ms'), g('ind_ms')), '.2f', 8)}{fmt(g('fj_first_s'), '.2f', 10)}"
+              f"{fmt(g('ind_first_s'), '.2f', 11)}{fmt(_ratio(g('ind_first_s'), g('fj_first_s')), '.1f', 11)}"
+              f"{fmt(g('graphs'), 'd', 8)}{fmt(g('kernels'), 'd', 9)}{fmt(g('err'), '.1e', 9)}")
+    gm = {k: _geomean([_ratio(r.get(a), r.get(b)) for r in rows])
+          for k, (a, b) in {"fj/eager": ("fj_ms", "eager_ms"), "ind/eager": ("ind_ms", "eager_ms"),
+                            "fj/ind": ("fj_ms", "ind_ms")}.items()}
+    print("geomean: " + ", ".join(f"{k} {fmt(v, '.2f', 0).strip()}" for k, v in gm.items()))
+    print("ms: median time per forward call over interleaved rounds (eager, framejit, Inductor "
+          "timed in turn); fj/ind < 1: framejit faster than Inductor; 1st: first call with cold "
+          "caches (capture + compile); ind/fj 1st > 1: framejit compiles faster; rel err: "
+          "‖framejit − eager‖/‖eager‖ of the main output.")
+    for r in rows:
+        for n in r["notes"]:
+            print(f"  {r['name']}: {n[:300]}")
 
 
 class _null:

@@ -74,6 +74,26 @@ def _cpu_ms(fn, repeat: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -> dict:
+    """Median milliseconds per call of each of ``fns`` (name -> zero-argument callable), timed in
+    interleaved rounds (each round times every function once, for about ``target_s``), so that
+    a noisy machine slows all of them alike and their ratios stay meaningful."""
+    number = {}
+    for name, fn in fns.items():
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        number[name] = max(1, int(target_s / max(time.perf_counter() - t0, 1e-7)))
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number[name]):
+                fn()
+            times[name].append((time.perf_counter() - t0) / number[name])
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def first_call_s(fn, args, kwargs=None, device: torch.device | str = "cpu"):
     """(seconds, result) of the first call of a freshly compiled ``fn``: capture, compilation
     and tuning included, the device synchronized before the clock stops."""

@@ -539,14 +539,29 @@ class _Renderer:
         self.finish(group, indent)
 
     def store_loop(self, stores: list[int], indent: str, split: bool) -> None:
-        body = self.k.full_closure(stores)
-        if split:
-            self.lines.append(f"{indent}#pragma omp parallel for simd num_threads(nthreads) if(nthreads > 1) schedule(static)")
-        else:
-            self.lines.append(f"{indent}#pragma omp simd")
-        self.lines.append(f"{indent}for (int64_t r = 0; r < {self.rnumel}; r++) {{")
+        if not split:
+            self.simd_loop(stores, "0", str(self.rnumel), indent)
+            return
+        # One row cut into parts for threads, each part a simd loop. Not the combined
+        # `parallel for simd`: gcc 12 takes its scalar path (a libm call per element, 100x
+        # slower for tanh), and with one thread the row needs no parallel region at all.
+        n, per = self.parts()
+        inner = indent + "    "
+        self.lines.append(f"{indent}if (nthreads > 1) {{")
+        self.lines.append(f"{inner}#pragma omp parallel for num_threads(nthreads) schedule(static)")
+        self.lines.append(f"{inner}for (int64_t p = 0; p < {n}; p++) {{")
+        self.simd_loop(stores, f"p * {per}", f"FJ_MIN(p * {per} + {per}, {self.rnumel})",
+                       inner + "    ")
+        self.lines.append(f"{inner}}}")
+        self.lines.append(f"{indent}}} else {{")
+        self.simd_loop(stores, "0", str(self.rnumel), inner)
+        self.lines.append(f"{indent}}}")
+
+    def simd_loop(self, stores: list[int], lo: str, hi: str, indent: str) -> None:
+        self.lines.append(f"{indent}#pragma omp simd")
+        self.lines.append(f"{indent}for (int64_t r = {lo}; r < {hi}; r++) {{")
         self.define_dims(self.rdims, "r", "r", indent + "    ")
-        self.emit(body, indent + "    ")
+        self.emit(self.k.full_closure(stores), indent + "    ")
         self.lines.append(f"{indent}}}")
 
     def row(self, indent: str, split: bool) -> None:
