@@ -246,6 +246,51 @@ def _torch_batch_norm(
 
 
 # --------------------------------------------------------------------------------------------
+# pooling
+
+
+def _pair(v: Any) -> tuple[int, int] | None:
+    if type(v) is int:
+        return (v, v)
+    if isinstance(v, (tuple, list)) and len(v) in (1, 2) and all(type(i) is int for i in v):
+        return (v[0], v[-1])
+    return None
+
+
+def _max_pool2d(b: Builder, input, kernel_size, stride, padding, dilation, ceil_mode) -> Node | None:
+    """Windows that tile the input (stride = kernel, no padding, sizes divisible: the pooling
+    of most CNNs) as a max over two dims of a reshape. Eager's NCHW CPU kernel is several times
+    slower than the reduction kernel this becomes. NaN wins, as in eager."""
+    if not is_float_tensor(input) or ceil_mode is not False:
+        return None
+    k = _pair(kernel_size)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride)
+    if k is None or s != k or _pair(padding) != (0, 0) or _pair(dilation) != (1, 1):
+        return None
+    shape = list(val(input).shape)
+    if len(shape) not in (3, 4) or 0 in shape or shape[-2] % k[0] or shape[-1] % k[1]:
+        return None
+    # reshape, not view: the input's real strides decide at run time (a view of the example).
+    windows = b(aten.reshape.default, input,
+                shape[:-2] + [shape[-2] // k[0], k[0], shape[-1] // k[1], k[1]])
+    dims = [len(shape) - 1, len(shape) + 1]
+    return b.finish_reduction(b(aten.amax.default, windows, dims, True), dims, False)
+
+
+@RULES.register(F.max_pool2d)
+def _f_max_pool2d(b, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                  return_indices=False):
+    if return_indices is not False:
+        return None
+    return _max_pool2d(b, input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@RULES.register(torch.max_pool2d)
+def _torch_max_pool2d(b, input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool2d(b, input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+# --------------------------------------------------------------------------------------------
 # activations and dropout
 
 _SQRT1_2 = 0.7071067811865476  # 1 / sqrt(2)

@@ -138,6 +138,29 @@ def test_batch_norm_inference(rewrite, dtype, ndim):
     assert all_vocabulary(result)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("form", ["F", "torch", "tuple_args"])
+def test_max_pool2d_over_tiling_windows_is_a_reduction(rewrite, dtype, layout, form):
+    x = make((2, 3, 8, 12), dtype, layout)
+    x[0, 1, 2, 3] = float("nan")
+    x[1, 2, 5, 0] = float("-inf")
+    fn = {"F": lambda x: F.max_pool2d(x, 2),
+          "torch": lambda x: torch.max_pool2d(x, 2),
+          "tuple_args": lambda x: F.max_pool2d(x, (2, 3), (2, 3), 0, (1, 1))}[form]
+    result = rewrite(decompose, fn, x)
+    assert compute_targets(result) == [aten.reshape.default, aten.amax.default,
+                                       aten.squeeze.dims]
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, padding=1),
+                                    dict(kernel_size=2, ceil_mode=True), dict(kernel_size=2, dilation=2),
+                                    dict(kernel_size=3), dict(kernel_size=2, return_indices=True)])
+def test_max_pool2d_with_overlap_padding_or_a_remainder_is_left_to_torch(rewrite, kwargs):
+    x = make((2, 3, 8, 8))  # kernel 3 leaves a remainder of 2
+    result = rewrite(decompose, lambda x: F.max_pool2d(x, **kwargs), x, expect_change=False)
+    assert F.max_pool2d in result.targets()
+
+
 def test_torch_batch_norm_argument_order(rewrite):
     x, rm, rv, w, b = make((2, 3, 4)), make((3,)), make((3,), low=0.5), make((3,)), make((3,))
     rewrite(
