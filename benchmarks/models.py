@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from models import Block, GPTConfig, TinyGPT  # noqa: E402
-from timing import first_call_s, fmt, interleaved_cpu_ms, time_ms, use_fresh_caches  # noqa: E402
+from timing import cpu_clock, first_call_s, fmt, interleaved_cpu_ms, time_ms, use_fresh_caches  # noqa: E402
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
@@ -442,7 +442,8 @@ def run_cpu_forward(opts):
         pass
     caches = "usual" if opts.warm_caches else "fresh, " + use_fresh_caches()
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, CPU, "
-          f"{torch.get_num_threads()} thread(s), fp32, caches: {caches}")
+          f"{torch.get_num_threads()} thread(s), fp32, steady state timed by {cpu_clock()[1]}, "
+          f"caches: {caches}")
     warm = torch.randn(8, 8)
     for compiler in (framejit.compile, lambda f: torch.compile(f, backend="inductor")):
         compiler(lambda x: (x * 2).relu())(warm)  # import and initialise both, untimed

@@ -74,10 +74,21 @@ def _cpu_ms(fn, repeat: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def cpu_clock():
+    """(clock, name) for CPU timings: with one torch thread every op runs on the calling thread,
+    so its CPU time (``time.thread_time``) measures the work without the time other processes
+    hold the core (a shared machine); with more threads, wall time (``time.perf_counter``)."""
+    if torch.get_num_threads() == 1:
+        return time.thread_time, "thread CPU time"
+    return time.perf_counter, "wall time"
+
+
 def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -> dict:
     """Median milliseconds per call of each of ``fns`` (name -> zero-argument callable), timed in
     interleaved rounds (each round times every function once, for about ``target_s``), so that
-    a noisy machine slows all of them alike and their ratios stay meaningful."""
+    a noisy machine slows all of them alike and their ratios stay meaningful. The clock is
+    :func:`cpu_clock`'s."""
+    clock, _ = cpu_clock()
     number = {}
     for name, fn in fns.items():
         fn()
@@ -87,10 +98,10 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
     times: dict = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(number[name]):
                 fn()
-            times[name].append((time.perf_counter() - t0) / number[name])
+            times[name].append((clock() - t0) / number[name])
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 

@@ -330,6 +330,22 @@ def _where_method(b, input, condition, other):
     return _where(b, condition, input, other)
 
 
+@_pointwise(torch.masked_fill, "masked_fill")
+def _masked_fill(b, input, mask, value):
+    # where(mask, value, input) in input's dtype: a float value into an integer tensor would
+    # promote, so integer and bool tensors take only numbers of their own kind.
+    if not (is_tensor(input) and is_tensor(mask) and val(mask).dtype == torch.bool):
+        return None
+    dtype = val(input).dtype
+    if type(value) not in (int, float, bool) or val(input).dim() < val(mask).dim():
+        return None
+    if dtype == torch.bool and type(value) is not bool:
+        return None
+    if not (dtype.is_floating_point or dtype.is_complex) and type(value) is float:
+        return None
+    return b.convert(b(aten.where.ScalarSelf, mask, value, input), dtype)
+
+
 def _bound(x: Any) -> bool:
     return x is None or type(x) in (int, float)
 

@@ -270,3 +270,21 @@ def test_inputs_from_torch_ops_are_checked_and_graph_inputs_are_not():
     (relu,) = [k for k in seen if 0 in k.checked_inputs]
     assert relu.checked_inputs[0] == ((6, 7), (1, 6)) and relu.layout_misses == 1, checked
     assert all(not k.checked_inputs for k in seen if k is not relu), checked
+
+
+def test_exp_special_lanes_and_subnormal_results_in_a_masked_softmax():
+    # A causal mask puts -inf in half the lanes: exp stays within 2 ulp of eager, gives 0 for
+    # -inf, inf for overflow, keeps NaN and returns subnormals (its own vectorizable exp).
+    x = torch.cat([torch.tensor([float("-inf"), float("inf"), float("nan"), -104.0, -103.9, -100.0,
+                                 -95.5, -87.5, -87.3, 0.0, -0.0, 1e-30, 88.7, 88.73, 89.0, 100.0]),
+                   torch.linspace(-110, 90, 4000)])
+    got, backend = run_kernels(lambda x: A.exp.default(x), x)
+    want = torch.exp(x)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=2.4e-7, atol=3e-45)
+    assert ((got[finite] == 0) == (want[finite] == 0)).float().mean() > 0.999
+    t = 64
+    scores = torch.randn(2, 4, t, t).masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    got, backend = run_kernels(lambda s: softmax(s), scores)
+    assert_close_to_eager(got, torch.softmax(scores, -1))

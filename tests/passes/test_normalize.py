@@ -247,6 +247,35 @@ def test_contiguous_of_a_transposed_tensor_is_a_contiguous_clone(rewrite, dtype)
     assert clone.meta["val"].is_contiguous()
 
 
+@pytest.mark.parametrize("value", [float("-inf"), 0.5, 3, True])
+@pytest.mark.parametrize("dtype_", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_masked_fill_with_a_number_is_where_in_the_input_dtype(rewrite, value, dtype_):
+    x = (torch.randn(2, 3, 8, 8) * 4).to(dtype_)
+    mask = torch.ones(8, 8, dtype=torch.bool).tril().logical_not()
+    fn = lambda x, m: x.masked_fill(m, value)  # noqa: E731
+    try:
+        fn(x, mask)
+    except RuntimeError:
+        return  # eager refuses (a float into a bool tensor): nothing to compare
+    changes = not ((dtype_ == torch.bool and type(value) is not bool)
+                   or (not dtype_.is_floating_point and type(value) is float))
+    result = rewrite(normalize, fn, x, mask, expect_change=changes)
+    if changes:
+        assert aten.where.ScalarSelf in result.targets()
+
+
+def test_masked_fill_with_a_tensor_value_is_left_to_torch(rewrite):
+    x, mask = torch.randn(4, 4), torch.rand(4, 4) > 0.5
+    rewrite(normalize, lambda x, m: x.masked_fill(m, torch.tensor(2.0)), x, mask, expect_change=False)
+
+
+def test_contiguous_of_a_value_from_an_op_is_left_to_torch(rewrite):
+    # Only the real tensor knows whether it is contiguous: meta kernels may disagree.
+    x = make((4, 6), torch.float32)
+    result = rewrite(normalize, lambda x: torch.mm(x, x.t()).contiguous(), x, expect_change=None)
+    assert "contiguous" in result.targets()
+
+
 def test_type_as(rewrite):
     result = rewrite(
         normalize,
