@@ -250,6 +250,33 @@ class _Renderer:
         self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN
         self.lines: list[str] = []
         self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
+        self.invariant = self._row_invariant()
+        self.hoisted: set[int] = set()  # invariant ops already defined in the current row
+
+    def _row_invariant(self) -> set[int]:
+        """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
+        the row (a per-channel scale, say), constants, and what only they feed. Computed once
+        per row before the row's loops, since gcc keeps a call such as sqrtf (errno) inside a
+        loop, which then stays scalar."""
+        inv: set[int] = set()
+        for i, op in enumerate(self.k.ops):
+            if op.level != FULL or op.kind in ("reduce", "store", "rand"):
+                continue
+            if op.kind == "load":
+                strides = self.k.buffer(op.args[0]).strides
+                if all(int(strides[d]) == 0 for d in self.rdims):
+                    inv.add(i)
+            elif op.kind == "const" or all(a in inv for a in op.args if is_operand(a)):
+                inv.add(i)
+        return inv
+
+    def hoist(self, body: list[int], indent: str) -> list[int]:
+        """Define ``body``'s row-invariant ops here (once per row); returns the rest."""
+        for i in body:
+            if i in self.invariant and i not in self.hoisted:
+                self.emit([i], indent)
+                self.hoisted.add(i)
+        return [i for i in body if i not in self.invariant]
 
     # -- addressing -------------------------------------------------------------------------
     def _part(self, dims: list[int], flat: str, prefix: str, strides) -> str:
@@ -441,7 +468,8 @@ class _Renderer:
     def reduce_loop(self, group: list[int], lo: str, hi: str, indent: str) -> None:
         """Accumulate ``group`` over ``r`` in [lo, hi) into ``a<i>`` (and ``a<i>_i``)."""
         k = self.k
-        body = self.k.full_closure([k.ops[i].args[1] for i in group])
+        body = [i for i in self.k.full_closure([k.ops[i].args[1] for i in group])
+                if i not in self.invariant]  # hoisted by reduce_group
         sums = [i for i in group if k.ops[i].args[0] == "sum"]
         float_sums = [i for i in sums if k.ops[k.ops[i].args[1]].dtype == torch.float32]
         # max/min vectorize as an OpenMP max/min reduction plus a NaN flag (the reduction
@@ -534,6 +562,7 @@ class _Renderer:
         return -(-self.rnumel // per), per
 
     def reduce_group(self, group: list[int], indent: str, split: bool) -> None:
+        self.hoist(self.k.full_closure([self.k.ops[i].args[1] for i in group]), indent)
         if not split:
             self.init_acc(group, "0", indent)
             self.reduce_loop(group, "0", str(self.rnumel), indent)
@@ -569,6 +598,7 @@ class _Renderer:
         self.finish(group, indent)
 
     def store_loop(self, stores: list[int], indent: str, split: bool) -> None:
+        self.hoist(self.k.full_closure(stores), indent)
         if not split:
             self.simd_loop(stores, "0", str(self.rnumel), indent)
             return
@@ -591,7 +621,8 @@ class _Renderer:
         self.lines.append(f"{indent}#pragma omp simd")
         self.lines.append(f"{indent}for (int64_t r = {lo}; r < {hi}; r++) {{")
         self.define_dims(self.rdims, "r", "r", indent + "    ")
-        self.emit(self.k.full_closure(stores), indent + "    ")
+        self.emit([i for i in self.k.full_closure(stores) if i not in self.invariant],
+                  indent + "    ")
         self.lines.append(f"{indent}}}")
 
     def row(self, indent: str, split: bool) -> None:
