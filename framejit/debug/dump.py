@@ -192,7 +192,7 @@ def _dump_version(run: Run, fn: FunctionDump, event: record.FrameCaptured) -> No
     if event.graph is not None:
         files["graph.txt"] = (f"# The graph of {frame} version {number}: one line per node, "
                               f"with its type (dtype[shape])\n{event.graph.graph}\n")
-        files["graph.py"] = event.graph.code
+        files["graph.py"] = runnable_graph(event.graph, f"{frame} version {number}")
     wrapper = getattr(event.compiled, "framejit_graph", None)
     if wrapper is not None:
         files["wrapper.py"] = wrapper.python_code("forward", self_arg=False).src
@@ -205,6 +205,49 @@ def _dump_version(run: Run, fn: FunctionDump, event: record.FrameCaptured) -> No
                                           f"{k.description}\n")
     for name, text in files.items():
         _write(os.path.join(path, name), text)
+
+
+def runnable_graph(gm, title: str) -> str:
+    """The graph's generated Python as a script: the imports it needs, ``forward`` and, run as
+    ``python graph.py``, a call on random inputs of the captured shapes and dtypes."""
+    import types as _types
+
+    import torch
+
+    code = gm.graph.python_code("forward")
+    head = [f"# The graph of {title} as runnable Python (`python graph.py` runs it once on",
+            "# random inputs of the captured shapes and dtypes).", "import torch"]
+    for name, value in code.globals.items():
+        if isinstance(value, _types.ModuleType):
+            line = f"import {value.__name__}" if name == value.__name__ else \
+                f"import {value.__name__} as {name}"
+        elif getattr(value, "__module__", None) and getattr(value, "__qualname__", None) \
+                and "<" not in value.__qualname__:
+            line = f"from {value.__module__} import {value.__qualname__.split('.')[0]}"
+            if value.__qualname__ != name:
+                line += f"\n{name} = {value.__qualname__}"
+        else:
+            line = f"# {name}: {type(value).__name__} bound when framejit runs the graph"
+        if line not in head:
+            head.append(line)
+    inputs = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            shape = tuple(val.shape)
+            if val.dtype.is_floating_point or val.dtype.is_complex:
+                inputs.append(f"torch.randn({shape}, dtype={val.dtype})")
+            elif val.dtype == torch.bool:
+                inputs.append(f"torch.randint(0, 2, {shape}).bool()")
+            else:
+                inputs.append(f"torch.randint(0, 10, {shape}, dtype={val.dtype})")
+        else:
+            inputs.append(repr(val) if isinstance(val, (int, float, bool)) else "None")
+    main = ["", "", 'if __name__ == "__main__":',
+            f"    print(forward(None, {', '.join(inputs)}))"]
+    return "\n".join(head) + "\n\n\n" + code.src.rstrip() + "\n" + "\n".join(main) + "\n"
 
 
 def _entry_text(event: record.FrameCaptured, number: int) -> str:
