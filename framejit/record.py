@@ -274,8 +274,25 @@ def emit(event: Event) -> Event:
     if collectors and not isinstance(event, FrameCaptured):
         collectors[-1].append(event)
     for reader in list(_readers):
-        reader(event)
+        try:
+            reader(event)
+        except Exception as e:  # a log or a dump that fails must not change the program
+            _reader_failed(reader, e)
     return event
+
+
+_failed_readers: set = set()
+
+
+def _reader_failed(reader, error: Exception) -> None:
+    import warnings
+
+    name = getattr(reader, "__module__", "") + "." + getattr(reader, "__qualname__", repr(reader))
+    if name not in _failed_readers:
+        _failed_readers.add(name)
+        warnings.warn(f"framejit: {name} failed on a {type(error).__name__} while recording what "
+                      f"happened ({error}); the program runs on, without that reader's output "
+                      f"(logs, dump) for this event", RuntimeWarning, stacklevel=3)
 
 
 @contextmanager

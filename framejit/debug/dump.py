@@ -57,7 +57,7 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-@dataclass
+@dataclass(eq=False)
 class Version:
     """One cached version of one frame (the function or a resume function)."""
 

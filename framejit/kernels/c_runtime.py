@@ -182,7 +182,7 @@ def address_of(launcher: CLauncher) -> int:
                 _functions.update(_build([launcher.cname], functions))
         finally:
             counters["kernel_seconds"] += time.perf_counter() - t0
-            record.emit(record.KernelBuilt(language="c", names=sorted(functions),
+            record.emit(record.KernelBuilt(language="c", names=sorted(batch[n].name for n in functions),
                                            seconds=time.perf_counter() - t0,
                                            cached=c_counters["compiles"] == compiles))
         return _functions[launcher.cname]
