@@ -152,7 +152,7 @@ def timeline_svg(fn: dict, start: float) -> str:
     parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}">',
              f'<line x1="10" y1="30" x2="{width - 10}" y2="30" stroke="#999"/>',
-             f'<text x="10" y="55" font-size="10">0 s</text>',
+             '<text x="10" y="55" font-size="10">0 s</text>',
              f'<text x="{width - 10}" y="55" font-size="10" text-anchor="end">{span:.2f} s</text>']
     for t, kind, title in sorted(points):
         x = 10 + (t - start) / span * (width - 20)
