@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
@@ -56,17 +57,19 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
 
 def recompile_fresh(fn_or_module, backend=None):
     """``fn_or_module`` compiled anew, in a context of its own (no cached versions shared with
-    any other wrapper). An already compiled function or module keeps its backend and options
-    unless ``backend`` is given (explain() uses this)."""
+    any other wrapper), without dumps. An already compiled function or module keeps its backend
+    and other options unless ``backend`` is given (explain() uses this)."""
     ctx = getattr(fn_or_module, "_framejit_context", None)
     if ctx is None:
-        return compile(fn_or_module, backend="default" if backend is None else backend)
+        return compile(fn_or_module, backend="default" if backend is None else backend,
+                       options={"dump_dir": None})
     original = (object.__getattribute__(fn_or_module, "_orig_mod")
                 if isinstance(fn_or_module, CompiledModule) else fn_or_module.__wrapped__)
     compile_graph = ctx.compile_graph if backend is None else make_compiler(backend)
+    options = dataclasses.replace(ctx.options, dump_dir=None)  # the report is explain's output
     if isinstance(original, torch.nn.Module):
-        return CompiledModule(original, compile_graph, ctx.options)
-    return _compile_function(original, compile_graph, ctx.options)
+        return CompiledModule(original, compile_graph, options)
+    return _compile_function(original, compile_graph, options)
 
 
 def _compile_function(fn, compile_graph, opts):

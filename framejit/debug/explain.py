@@ -8,7 +8,8 @@
 (it is compiled afresh with the same backend and options, so the report never depends on what
 was cached before), or an ``nn.Module``. Each call of the returned function runs ``fn`` once more
 on the same fresh compile, and returns the report of every call so far: a second call with new
-shapes shows the recompile. The report is a reader of framejit.record.
+shapes shows the recompile. That compile writes no dump (the report is its output). The report
+is a reader of framejit.record.
 """
 
 from __future__ import annotations

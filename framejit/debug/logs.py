@@ -86,8 +86,7 @@ def read(event: record.Event) -> None:
     elif isinstance(event, record.Recompile):
         _log_recompiles.info("Recompiling %s: %s", event.function, event.reason)
         if "recompiles" in on:
-            _print("recompiles", f"recompiling {event.function} (version {event.versions + 1}): "
-                                 f"{event.reason}")
+            _print("recompiles", f"recompiling {event.function}: {event.reason}")
     if not on:
         return
     if isinstance(event, record.FrameCaptured):
