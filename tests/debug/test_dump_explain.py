@@ -63,7 +63,7 @@ def _run_folder(dump_dir) -> str:
 
 
 def test_dump_of_two_breaks_and_a_recompile(tmp_path, capsys):
-    compiled = framejit.compile(two_breaks, options={"dump_dir": str(tmp_path)})
+    compiled = framejit.compile(two_breaks, backend="eager", options={"dump_dir": str(tmp_path)})
     _run_two_breaks(compiled)
     capsys.readouterr()
     run = _run_folder(tmp_path)
@@ -143,7 +143,7 @@ def test_each_run_writes_a_fresh_folder(tmp_path):
         "import torch, framejit\n"
         "def g(x):\n"
         "    return torch.sin(x) + 1\n"
-        "framejit.compile(g)(torch.ones(3))\n")
+        "framejit.compile(g, backend='eager')(torch.ones(3))\n")
     dump = tmp_path / "dump"
     env = {**os.environ, "FRAMEJIT_DUMP": str(dump), "PYTHONPATH": _tree()}
     import subprocess
@@ -166,7 +166,7 @@ def _tree() -> str:
 
 def test_explain_of_two_breaks_and_a_recompile():
     global SCALE
-    explain = framejit.explain(two_breaks)
+    explain = framejit.explain(two_breaks, backend="eager")
     x, w = torch.randn(3, 4), torch.randn(4, 5)
     try:
         before = explain(x, w)
@@ -209,7 +209,7 @@ def test_explain_of_two_breaks_and_a_recompile():
 
 
 def test_explain_reports_graphs_guards_and_fallbacks():
-    report = framejit.explain(scaled)(torch.randn(3, 4), torch.randn(4, 5))
+    report = framejit.explain(scaled, backend="eager")(torch.randn(3, 4), torch.randn(4, 5))
     assert report.graph_count == 1
     assert report.ops_per_graph == [3]
     assert report.fallback_count == 0
@@ -221,14 +221,14 @@ def test_explain_reports_graphs_guards_and_fallbacks():
     def with_item(x):
         return x * x.sum().item()
 
-    report = framejit.explain(with_item)(torch.randn(3))
+    report = framejit.explain(with_item, backend="eager")(torch.randn(3))
     assert report.graph_count == 2 and report.graph_break_count == 1
     assert report.fallback_count == 0
     assert report.breaks[0].reason.startswith("x.sum().item()") or ".item()" in report.breaks[0].reason
 
 
 def test_explain_of_an_already_compiled_function_and_module():
-    compiled = framejit.compile(scaled)
+    compiled = framejit.compile(scaled, backend="eager")
     x, w = torch.randn(3, 4), torch.randn(4, 5)
     compiled(x, w)  # cached already: explain compiles afresh, it still sees the graph
     report = framejit.explain(compiled)(x, w)
@@ -236,7 +236,16 @@ def test_explain_of_an_already_compiled_function_and_module():
     assert framejit.explain(compiled)(x, w).graph_count == 1
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
-    for target in (model, framejit.compile(model)):
+    for target in (model, framejit.compile(model, backend="eager")):
         report = framejit.explain(target)(x)
         assert report.graph_count == 1, target
         assert "torch.relu" in str(report) or "relu" in str(report.graphs[0])
+
+
+def test_explain_keeps_the_backend_of_a_compiled_function():
+    compiled = framejit.compile(lambda x: torch.sin(x) * 2, backend="c")
+    report = framejit.explain(compiled)(torch.randn(16))
+    (kernels,) = report.kernels
+    assert [k.language for k in kernels] == ["c"] and "sin" in kernels[0].source
+    assert report.stage_seconds["kernel codegen"] > 0
+    assert "1 kernel(s)" in str(report) and kernels[0].name in str(report)

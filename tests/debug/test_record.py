@@ -13,7 +13,7 @@ def affine(x):
 
 
 def test_events_of_one_compile_and_nothing_on_cache_hits():
-    compiled = framejit.compile(affine)
+    compiled = framejit.compile(affine, backend="eager")
     start = record.mark()
     compiled(torch.ones(3))
     events = record.events_since(start)
@@ -34,7 +34,7 @@ def test_events_of_one_compile_and_nothing_on_cache_hits():
 
 def test_counters_are_reset_in_place():
     stats = record.stats
-    framejit.compile(affine)(torch.ones(3))
+    framejit.compile(affine, backend="eager")(torch.ones(3))
     assert stats.captured == 1 and stats.ops == 3 and stats.capture_seconds > 0
     framejit.reset()
     assert record.stats is stats and stats.captured == 0 and stats.break_reasons == []
@@ -52,7 +52,7 @@ def test_a_failing_reader_warns_once_and_changes_nothing():
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = framejit.compile(affine)(torch.ones(3))
+            out = framejit.compile(affine, backend="eager")(torch.ones(3))
         torch.testing.assert_close(out, affine(torch.ones(3)))
         assert calls == ["frame_offered", "graph_compiled", "frame_captured"]
         (w,) = [w for w in caught if "broken" in str(w.message)]
