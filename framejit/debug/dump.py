@@ -195,7 +195,7 @@ def _dump_version(run: Run, fn: FunctionDump, event: record.FrameCaptured) -> No
         files["graph.py"] = runnable_graph(event.graph, f"{frame} version {number}")
     wrapper = getattr(event.compiled, "framejit_graph", None)
     if wrapper is not None:
-        files["wrapper.py"] = wrapper.python_code("forward", self_arg=False).src
+        files["wrapper.py"] = _wrapper_text(wrapper, version)
     for k in version.kernels:
         suffix = ".c" if k.language == "c" else ".py"
         files[f"kernels/{k.name}{suffix}"] = k.source
@@ -205,6 +205,20 @@ def _dump_version(run: Run, fn: FunctionDump, event: record.FrameCaptured) -> No
                                           f"{k.description}\n")
     for name, text in files.items():
         _write(os.path.join(path, name), text)
+
+
+def _wrapper_text(wrapper, version: Version) -> str:
+    """wrapper.py: the graph as it runs, each kernel launch's name tied to its source file."""
+    code = wrapper.python_code("forward", self_arg=False)
+    head = [f"# {version.frame} version {version.number} as it runs: torch calls and kernel launches."]
+    for name, value in code.globals.items():
+        launcher = getattr(value, "fn", None)
+        kernel = getattr(launcher, "kernel", None)
+        if kernel is not None:
+            suffix = ".c" if getattr(launcher, "language", "") == "c" else ".py"
+            head.append(f"#   {name} launches kernel {kernel.name} (kernels/{kernel.name}{suffix}, "
+                        f"its fused group in kernels/{kernel.name}.txt)")
+    return "\n".join(head) + "\n" + code.src
 
 
 def runnable_graph(gm, title: str) -> str:

@@ -249,3 +249,26 @@ def test_explain_keeps_the_backend_of_a_compiled_function():
     assert [k.language for k in kernels] == ["c"] and "sin" in kernels[0].source
     assert report.stage_seconds["kernel codegen"] > 0
     assert "1 kernel(s)" in str(report) and kernels[0].name in str(report)
+
+
+def test_dump_of_kernels_with_their_fusion_groups(tmp_path):
+    compiled = framejit.compile(scaled, backend="c", options={"dump_dir": str(tmp_path)})
+    compiled(torch.randn(3, 4), torch.randn(4, 5))
+    version = _run_folder(tmp_path) / "scaled" / "scaled" / "0"
+    files = sorted(os.listdir(version))
+    assert files == ["entry.py", "graph.py", "graph.txt", "guards.py", "kernels",
+                     "original_bytecode.txt", "rewritten_bytecode.txt", "wrapper.py"]
+    (source, group) = sorted(os.listdir(version / "kernels"))  # relu * 2.0: one C kernel
+    name = source[:-2]
+    assert source.endswith(".c") and group == f"{name}.txt"
+    text = (version / "kernels" / group).read_text()
+    assert "fuses these operations" in text and "relu" in text and "mul" in text
+    wrapper = (version / "wrapper.py").read_text()
+    assert f"launches kernel {name} (kernels/{name}.c, its fused group in kernels/{name}.txt)" in wrapper
+    index = (version.parent.parent / "index.md").read_text()
+    assert f"- `{name}` (c, 2 fused op(s)) from `scaled` version 0" in index
+    data = json.loads((version.parent.parent.parent / "record.json").read_text())
+    (v,) = data["functions"][0]["versions"]
+    assert [k["name"] for k in v["kernels"]] == [name] and v["graph_after_passes"]
+    assert {n["group"] for n in v["graph"] if n["group"]} == {name}
+    assert [b["names"] for b in v["builds"]] == [[name]]  # built at the first call
