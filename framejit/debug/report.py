@@ -94,20 +94,38 @@ def highlight(source: str, language: str) -> str:
 def graph_svg(nodes: list[dict], colors: dict[str, str]) -> str:
     """The graph as an SVG picture: one row per depth (inputs at the top), an arrow per use, each
     node filled with its kernel's colour when a fused group holds it."""
+    # Operations by longest path from the inputs; each input (a placeholder, a parameter) just
+    # above its first user, so a long chain with many parameters stays narrow.
+    leaf = {n["name"] for n in nodes if n["op"] in ("placeholder", "get_attr")}
     depth: dict[str, int] = {}
     for n in nodes:
-        depth[n["name"]] = 1 + max((depth.get(i, 0) for i in n["inputs"]), default=-1)
+        if n["name"] not in leaf:
+            depth[n["name"]] = 1 + max((depth[i] for i in n["inputs"] if i in depth), default=0)
+    for n in nodes:
+        for i in n["inputs"]:
+            if i in leaf and n["name"] in depth:
+                depth[i] = min(depth.get(i, depth[n["name"]]), depth[n["name"]] - 1)
+    for name in leaf:
+        depth.setdefault(name, 0)
     rows: dict[int, list[dict]] = {}
     for n in nodes:
         rows.setdefault(depth[n["name"]], []).append(n)
     w, h, gap_x, gap_y = 150, 38, 18, 34
     width = max(len(r) for r in rows.values()) * (w + gap_x) + gap_x if rows else 100
     height = len(rows) * (h + gap_y) + gap_y
-    pos = {}
-    for d, row in rows.items():
+    pos: dict[str, tuple[float, float]] = {}
+    for r, d in enumerate(sorted(rows)):
+        row = rows[d]
+        # Under their inputs where they are drawn already (barycentre order), the rest after.
+        order = {n["name"]: k for k, n in enumerate(row)}
+
+        def key(n, order=order):
+            xs = [pos[i][0] for i in n["inputs"] if i in pos]
+            return (sum(xs) / len(xs)) if xs else float("inf"), order[n["name"]]
+        row.sort(key=key)
         offset = (width - len(row) * (w + gap_x) + gap_x) / 2
         for k, n in enumerate(row):
-            pos[n["name"]] = (offset + k * (w + gap_x), gap_y + d * (h + gap_y))
+            pos[n["name"]] = (offset + k * (w + gap_x), gap_y + r * (h + gap_y))
     parts = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
              f'height="{height}" viewBox="0 0 {width:.0f} {height}" role="img">',
              '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
