@@ -312,6 +312,8 @@ def _function_index(fn: FunctionDump) -> str:
         lines.append(f"{i}. `{v.frame}` version {v.number}: {what}{kernels}, compiled in "
                      f"{ms(e.seconds)} — [{v.folder}/]({v.folder}/)"
                      + (f" · [graph.txt]({v.folder}/graph.txt)" if e.graph is not None else ""))
+        if e.readable_source:
+            lines[-1] += f" · [readable.py]({v.folder}/readable.py)"
         if e.resumes:
             lines.append(f"   - continues in {', '.join('`' + qualname(c) + '`' for c in e.resumes)}")
     lines += ["", "## Graph breaks", ""]
@@ -400,6 +402,7 @@ def _json(run: Run) -> dict:
                 "graph": graph_data(drawn, groups) if drawn is not None else None,
                 "graph_after_passes": drawn is fused and fused is not None,
                 "guards": e.guards_source or e.guard_source,
+                "readable": e.readable_source,
                 "resumes": [qualname(c) for c in e.resumes],
                 "kernels": [{"name": k.name, "language": k.language, "device": k.device,
                              "source": k.source, "description": k.description, "group": k.group,

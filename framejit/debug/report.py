@@ -224,6 +224,9 @@ def _function(fn: dict, start: float) -> str:
                        f'</pre></details>')
         else:
             out.append('<p class="note">no graph (no tensor work)</p>')
+        if v.get("readable"):
+            out.append(f'<details><summary>the rewritten function as Python</summary>'
+                       f'<pre class="code">{highlight(v["readable"], "python")}</pre></details>')
         out.append("</div>")
     out.append('<h3>Graph breaks</h3>')
     if fn["breaks"]:

@@ -272,3 +272,28 @@ def test_dump_of_kernels_with_their_fusion_groups(tmp_path):
     assert [k["name"] for k in v["kernels"]] == [name] and v["graph_after_passes"]
     assert {n["group"] for n in v["graph"] if n["group"]} == {name}
     assert [b["names"] for b in v["builds"]] == [[name]]  # built at the first call
+
+
+def test_dump_and_explain_show_the_readable_renderings_capture_provides(tmp_path, monkeypatch):
+    # Capture's cache-entry info may carry a readable rendering of the whole rewritten function
+    # and of its guards; the dump writes them, and explain lists those guards.
+    from framejit.capture import convert_frame as cf
+
+    monkeypatch.setattr(cf.CacheEntryInfo, "readable_source",
+                        property(lambda info: f"# readable {info.entry_source.split('(')[0]}\n"),
+                        raising=False)
+    monkeypatch.setattr(cf.CacheEntryInfo, "guards_source",
+                        property(lambda info: "# one guard per line\n"), raising=False)
+    framejit.compile(scaled, backend="eager", options={"dump_dir": str(tmp_path)})(
+        torch.randn(3, 4), torch.randn(4, 5))
+    version = _run_folder(tmp_path) / "scaled" / "scaled" / "0"
+    assert (version / "readable.py").read_text() == "# readable def ___entry_" + \
+        (version / "entry.py").read_text().split("def ___entry_")[1].split("(")[0] + "\n"
+    assert (version / "guards.py").read_text().endswith("# one guard per line\n")
+    index = (version.parent.parent / "index.md").read_text()
+    assert "[readable.py](scaled/0/readable.py)" in index
+    from framejit.debug.report import write_report
+    page = open(write_report(str(tmp_path))).read()
+    assert "the rewritten function as Python" in page and "# readable def ___entry_" in page
+    report = framejit.explain(scaled, backend="eager")(torch.randn(3, 4), torch.randn(4, 5))
+    assert report.guards == ["# one guard per line\n"]
