@@ -20,6 +20,10 @@ from .. import record
 from .summary import ms, op_name, qualname, stage_totals
 
 
+#: At most this many graphs (and of breaks, recompiles, fallbacks each) in the printed summary.
+_MAX_LINES = 8
+
+
 @dataclass
 class KernelInfo:
     """One generated kernel: its name, its kernel description and its source, with the
@@ -137,7 +141,8 @@ class ExplainReport:
                  f"{self.fallback_count} fallback(s) to plain Python, {n_kernels} kernel(s), "
                  f"captured in {ms(self.capture_seconds)}"]
         k = 0
-        for f in self.frames:
+        shown_frames = self.frames if len(self.frames) <= _MAX_LINES else self.frames[:_MAX_LINES - 1]
+        for f in shown_frames:
             if f.graph is None:
                 lines.append(f"  {f.function} v{f.version}: no graph (no tensor work)")
                 continue
@@ -146,12 +151,25 @@ class ExplainReport:
             kern = f"; kernels: {', '.join(x.name for x in f.kernels)}" if f.kernels else ""
             lines.append(f"  graph {k}: {f.function} v{f.version}, {f.ops} op(s): {shown}{kern}")
             k += 1
-        for i, b in enumerate(self.breaks):
-            lines.append(f"graph break {i}: " + str(b).replace("\n", "\n  "))
-        for r in self.recompiles:
+        if len(shown_frames) < len(self.frames):
+            lines.append(f"  ... {len(self.frames) - len(shown_frames)} more compiled frame(s): "
+                         f"report.frames, report.details()")
+        # Each place breaks once per version of its frame: one entry per place.
+        places: dict = {}
+        for b in self.breaks:
+            places.setdefault((b.reason, b.filename, b.lineno), []).append(b)
+        for i, same in enumerate(list(places.values())[:3]):
+            times = f" ({len(same)} times)" if len(same) > 1 else ""
+            lines.append(f"graph break {i}{times}: " + str(same[0]).replace("\n", "\n  "))
+        for r in self.recompiles[:4]:
             lines.append(f"recompile of {r.function}: {r.reason}")
-        for where, message in self.fallback_reasons:
+        for where, message in self.fallback_reasons[:3]:
             lines.append(f"runs as plain Python: {where}: {message.splitlines()[0]}")
+        hidden = (max(0, len(places) - 3) + max(0, len(self.recompiles) - 4)
+                  + max(0, len(self.fallback_reasons) - 3))
+        if hidden:
+            lines.append(f"... {hidden} more break places, recompiles or fallbacks: report.breaks, "
+                         f"report.recompiles, report.fallback_reasons")
         stages = ", ".join(f"{name} {ms(s)}" for name, s in self.stage_seconds.items() if s)
         if stages:
             lines.append(f"compile time: {stages}")

@@ -297,3 +297,18 @@ def test_dump_and_explain_show_the_readable_renderings_capture_provides(tmp_path
     assert "the rewritten function as Python" in page and "# readable def ___entry_" in page
     report = framejit.explain(scaled, backend="eager")(torch.randn(3, 4), torch.randn(4, 5))
     assert report.guards == ["# one guard per line\n"]
+
+
+def test_explain_summary_stays_on_one_screen():
+    def many(x):
+        for i in range(12):
+            x = x + i
+            print(i)  # twelve breaks inside a loop over a range: twelve more graphs
+        return x
+
+    report = framejit.explain(many, backend="eager")(torch.ones(2))
+    assert report.graph_count > 8 and report.graph_break_count > 8
+    text = str(report)
+    assert len(text.splitlines()) <= 30
+    assert "more compiled frame(s): report.frames, report.details()" in text
+    assert "more break places, recompiles or fallbacks" in text
