@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from .. import record
 from .summary import ms, op_name, qualname, stage_totals
 
-
 #: At most this many graphs (and of breaks, recompiles, fallbacks each) in the printed summary.
 _MAX_LINES = 8
 
