@@ -24,7 +24,7 @@ PIP312    := $(PY312) -m pip --disable-pip-version-check -q
 DEPS312   := $(VENV312)/.deps-stamp
 EXT312    := $(VENV312)/.ext-stamp
 
-.PHONY: setup setup312 demo test test-py test-hook test-fx test-gpu bench lint clean fuzz
+.PHONY: setup setup312 browser demo test test-py test-hook test-fx test-gpu bench lint clean fuzz
 
 setup: $(EXT)
 
@@ -60,11 +60,28 @@ $(EXT312): $(DEPS312) csrc/eval_frame.c csrc/claunch.c
 	@touch $@
 endif
 
+# The HTML report's browser test (tests/debug/test_report.py) opens the page in Debian's
+# chromium: installed here once, as root or through sudo, where apt-get exists. Never fails the
+# build: without chromium that one test is skipped, and this says so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	    if command -v apt-get >/dev/null 2>&1; then \
+	        if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=none; fi; \
+	        if [ "$$SUDO" != none ]; then \
+	            echo "make: installing chromium (apt-get) for the HTML report's browser test"; \
+	            $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
+	            { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } || true; \
+	        fi; \
+	    fi; \
+	    command -v chromium >/dev/null 2>&1 || \
+	        echo "make: no chromium (apt-get unavailable or not allowed): the HTML report's browser test is skipped"; \
+	}
+
 demo: setup
 	$(PY) examples/demo.py
 
 # The hook tests, then the capture and model tests; all of them run even if some fail.
-test: setup setup312
+test: setup setup312 browser
 	@status=0; \
 	$(MAKE) --no-print-directory test-hook || status=1; \
 	$(MAKE) --no-print-directory test-py || status=1; \

@@ -1,16 +1,22 @@
-"""The public API: ``compile``, ``disable``, ``reset``."""
+"""The public API: ``compile``, ``disable``, ``reset``, ``stats``, ``set_logs``."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
 import torch
 
-from . import _C, compiler
+from . import _C, compiler, record
 from .capture import convert_frame as cf
 from .compiler import make_compiler
 from .config import make_options
+from .debug import dump, logs
+
+# The readers of framejit.record that act as events arrive.
+logs.install()
+dump.install()
 
 
 def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dynamic=None,
@@ -46,7 +52,27 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
         return CompiledModule(fn_or_module, compile_graph, opts)
     if not callable(fn_or_module):
         raise TypeError(f"framejit.compile expects a function or an nn.Module, got {type(fn_or_module).__name__}")
-    fn = fn_or_module
+    return _compile_function(fn_or_module, compile_graph, opts)
+
+
+def recompile_fresh(fn_or_module, backend=None):
+    """``fn_or_module`` compiled anew, in a context of its own (no cached versions shared with
+    any other wrapper), without dumps. An already compiled function or module keeps its backend
+    and other options unless ``backend`` is given (explain() uses this)."""
+    ctx = getattr(fn_or_module, "_framejit_context", None)
+    if ctx is None:
+        return compile(fn_or_module, backend="default" if backend is None else backend,
+                       options={"dump_dir": None})
+    original = (object.__getattribute__(fn_or_module, "_orig_mod")
+                if isinstance(fn_or_module, CompiledModule) else fn_or_module.__wrapped__)
+    compile_graph = ctx.compile_graph if backend is None else make_compiler(backend)
+    options = dataclasses.replace(ctx.options, dump_dir=None)  # the report is explain's output
+    if isinstance(original, torch.nn.Module):
+        return CompiledModule(original, compile_graph, options)
+    return _compile_function(original, compile_graph, options)
+
+
+def _compile_function(fn, compile_graph, opts):
     code = _code_of(fn)
     ctx = cf.CompileContext(opts, compile_graph, getattr(fn, "__qualname__", repr(fn)))
     callback = cf.make_callback(ctx)
@@ -148,10 +174,10 @@ def stats() -> dict:
     split where something could not be captured; ``fallbacks``: frames that ran as plain Python;
     ``recompiles``: captures after a cached version's guards failed; ``ops``: operations in the
     graphs; ``capture_seconds``: time spent capturing and compiling (kernels included);
-    ``kernels``: generated kernels compiled (Triton); ``kernel_seconds``: the part of
+    ``kernels``: generated kernels (Triton, C); ``kernel_seconds``: the part of
     ``capture_seconds`` spent rendering, loading and tuning them.
     """
-    s = cf.stats
+    s = record.stats
     return {
         "frames": s.frames,
         "graphs": s.graphs,
@@ -160,5 +186,9 @@ def stats() -> dict:
         "recompiles": s.recompiles,
         "ops": s.ops,
         "capture_seconds": s.capture_seconds,
-        **compiler.stats(),
+        "kernels": s.kernels,
+        "kernel_seconds": s.kernel_seconds,
     }
+
+
+set_logs = logs.set_logs

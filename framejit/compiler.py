@@ -26,12 +26,14 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from . import _C
+from . import record as events
 from .backends.registry import Backend, compile_graph, lookup_backend, register_backend
 from .errors import BackendError
 from .fx_ir import GraphModule
@@ -49,6 +51,7 @@ def make_compiler(backend: Any) -> CompileFn:
     record = lookup_backend(backend)
 
     def compile_fn(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
+        t0 = time.perf_counter()
         try:
             compiled = compile_graph(record, gm, example_inputs)
         except Exception as e:
@@ -56,6 +59,8 @@ def make_compiler(backend: Any) -> CompileFn:
                 f"backend {record.name!r} failed to compile a graph ({type(e).__name__}: {e}):"
                 f"\n{gm.graph}"
             ) from e
+        events.emit(events.GraphCompiled(backend=record.name, graph=gm, compiled=compiled,
+                                         seconds=time.perf_counter() - t0))
         return _never_captured(record, compiled)
 
     compile_fn.backend = record  # type: ignore[attr-defined]

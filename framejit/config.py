@@ -35,13 +35,27 @@ class Options:
     lint: bool = False
 
 
+#: Log topics (``FRAMEJIT_LOGS=graph_breaks,recompiles`` or ``all``; framejit.set_logs()).
+LOG_TOPICS = ("graph_breaks", "recompiles", "guards", "graph", "bytecode", "kernels", "perf")
+
+
+def env_logs() -> str:
+    """``FRAMEJIT_LOGS``: the log topics to print to stderr from the start (empty: none)."""
+    return _env_str("LOGS", "") or ""
+
+
+def env_dump() -> str | None:
+    """``FRAMEJIT_DUMP``: the dump folder of every compile() without a dump_dir option."""
+    return _env_str("DUMP", None)
+
+
 _KNOWN = {f.name for f in dataclasses.fields(Options)}
 
 
 def make_options(*, fullgraph: bool, dynamic, overrides: dict | None) -> Options:
     values = {
         "recompile_limit": _env_int("RECOMPILE_LIMIT", Options.recompile_limit),
-        "dump_dir": _env_str("DUMP", None),
+        "dump_dir": env_dump(),
         "lint": _env_int("LINT", 0) == 1,
         "fullgraph": fullgraph,
         "dynamic": dynamic,

@@ -15,13 +15,14 @@ The captured graph itself is not changed (explain and dumps show it as captured)
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import networkx as nx
 import torch
 
-from . import _C
+from . import _C, record
 from .fx_ir import Graph, GraphModule, Node
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
@@ -68,16 +69,20 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
         by_device = dict(launcher)
         launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731
             kernel, outputs, device, seed_index)
+    t0 = time.perf_counter()
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
     run_passes(graph, constants, lint=lint)
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
+    record.emit(record.Stage(name="passes", seconds=time.perf_counter() - t0))
     launches = []
     names: set[str] = set()
     for group in groups:
+        t0 = time.perf_counter()
         launch = _lower(group, _unique(_kernel_name(group), names), launcher)
         if launch is not None:
             launches.append(launch)
+            _record_kernel(launch, time.perf_counter() - t0)
     new_graph = _rebuild(graph, launches)
     if lint:
         new_graph.lint()
@@ -86,7 +91,16 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     fn = wrapper.forward_fn
     fn.framejit_kernels = [launcher for launcher, _, _ in launches]  # type: ignore[attr-defined]
     fn.framejit_graph = new_graph  # type: ignore[attr-defined]
+    fn.framejit_fused_graph = graph  # after the passes: what the kernels' groups are made of
     return fn
+
+
+def _record_kernel(launch, seconds: float) -> None:
+    launcher, _, group = launch
+    record.emit(record.KernelCompiled(
+        name=launcher.name, language=getattr(launcher, "language", ""), source=launcher.source,
+        description=str(launcher.kernel), group=[n.format() for n in group.nodes],
+        device=str(getattr(launcher, "device", "")), seconds=seconds))
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -42,18 +42,17 @@ __all__ = [
 
 
 class _LiveStats:
-    """Reads ``framejit.capture.convert_frame.stats`` afresh on every attribute access, so it
-    stays right across ``framejit.reset()`` (which replaces the stats object)."""
+    """Reads the counters of ``framejit.record`` (reset in place by ``framejit.reset()``)."""
 
     def __getattr__(self, name: str) -> Any:
-        from .capture import convert_frame
+        from . import record
 
-        return getattr(convert_frame.stats, name)
+        return getattr(record.stats, name)
 
     def __repr__(self) -> str:
-        from .capture import convert_frame
+        from . import record
 
-        return repr(convert_frame.stats)
+        return repr(record.stats)
 
 
 def fresh_state():

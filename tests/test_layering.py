@@ -3,8 +3,9 @@
     api → capture → fx_ir
     api → compiler → passes / kernels / backends → fx_ir
 
-capture never imports passes, kernels, backends or the compiler; passes, kernels and backends
-import nothing of framejit but fx_ir (and the C extension, a leaf); fx_ir imports nothing of
+capture never imports passes, kernels, backends, the compiler or debug; passes, kernels and
+backends import nothing of framejit but fx_ir and two leaves (the C extension, and
+framejit/record.py, where every layer writes its events); fx_ir and record import nothing of
 framejit. Function-level imports count too.
 """
 
@@ -19,10 +20,10 @@ ROOT = Path(framejit.__file__).parent
 
 ALLOWED = {
     "fx_ir": set(),
-    "kernels": {"fx_ir", "_claunch"},
-    "passes": {"fx_ir"},
-    "backends": {"fx_ir"},
-    "capture": {"fx_ir", "errors", "config", "_C", "debug"},
+    "kernels": {"fx_ir", "_claunch", "record"},
+    "passes": {"fx_ir", "record"},
+    "backends": {"fx_ir", "record"},
+    "capture": {"fx_ir", "errors", "config", "_C", "record"},
 }
 
 
@@ -60,3 +61,9 @@ def test_package_imports_only_what_the_layering_allows(package):
             bad.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
     assert not bad, (f"framejit/{package} may import only {sorted(ALLOWED[package]) or 'nothing'} "
                      f"of framejit:\n  " + "\n  ".join(bad))
+
+
+def test_record_is_a_leaf():
+    # Every layer writes its events there: it must not pull any of them in.
+    path = ROOT / "record.py"
+    assert _framejit_imports(path) == set(), f"framejit/record.py imports {_framejit_imports(path)}"

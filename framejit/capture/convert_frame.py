@@ -21,7 +21,7 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 
-from .. import _C
+from .. import _C, record
 from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .codecheck import check_code
@@ -46,8 +46,6 @@ from .values.builder import _LIBRARY_ROOTS
 from .values.containers import IteratorValue, ListValue
 from .values.contexts import BLOCK_EXITS, AutocastExit, GradModeExit
 
-log_recompiles = logging.getLogger("framejit.recompiles")
-log_breaks = logging.getLogger("framejit.graph_breaks")
 log_internal = logging.getLogger("framejit")
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -59,29 +57,8 @@ _target_contexts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _touched: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 
 
-@dataclass
-class Stats:
-    """What happened since the last reset; tests and ``explain`` read it."""
-
-    frames: int = 0          # frames offered to capture
-    captured: int = 0        # frames captured into a cache entry
-    graphs: int = 0          # graphs handed to a backend
-    ops: int = 0             # graph operations captured
-    recompiles: int = 0      # captures after a guard failure
-    graph_breaks: int = 0    # frames split at an unsupported instruction
-    break_reasons: list = field(default_factory=list)     # (function, message)
-    eager_frames: int = 0    # frames that fell back to plain Python
-    fallback_reasons: list = field(default_factory=list)   # (function, message)
-    recompile_reasons: list = field(default_factory=list)  # (function, message)
-    capture_seconds: float = 0.0
-
-
-stats = Stats()
-
-
-def reset_stats():
-    global stats
-    stats = Stats()
+#: The counters of what happened (framejit.record's, reset in place; capture only emits events).
+stats = record.stats
 
 
 @dataclass(eq=False)
@@ -298,7 +275,7 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
         return None
     _touched.add(code)
     watch.start()
-    stats.frames += 1
+    record.emit(record.FrameOffered(function=where(code), code=code))
     entries = _C.get_cache_entries(code)
     mine = [e for e in entries if e[2] is ctx.callback]
     if mine:
@@ -316,20 +293,18 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
                     f"kind (shapes, dtypes, flags), or raise options={{'recompile_limit': N}}.",
                     stacklevel=2,
                 )
-            stats.eager_frames += 1
-            stats.fallback_reasons.append((where(code), f"recompile limit reached ({reason})"))
+            record.emit(record.Fallback(function=where(code), code=code,
+                                        message=f"recompile limit reached ({reason})",
+                                        dump_dir=ctx.options.dump_dir))
             # From now on the hook runs the cached versions that match and the original code
             # otherwise, without asking again (reset() undoes it).
             _C.set_code_mode(code, _C.MODE_RUN_ONLY)
             return None
-        stats.recompiles += 1
-        stats.recompile_reasons.append((where(code), reason))
-        log_recompiles.info("Recompiling %s: %s", where(code), reason)
-        if ctx.options.dump_dir:
-            from ..debug.dump import dump_reason
-            dump_reason(ctx.options.dump_dir, code, "recompile", reason)
+        record.emit(record.Recompile(function=where(code), code=code, reason=reason,
+                                     versions=len(mine), dump_dir=ctx.options.dump_dir))
     try:
-        info = capture_frame(ctx, code, func, f_locals, watch)
+        with record.capturing() as children:
+            info = capture_frame(ctx, code, func, f_locals, watch)
     except Unsupported as e:
         if watch.raised is not None:
             raise  # not framejit's error: convert_frame raises the handler's exception
@@ -351,7 +326,28 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
         return None  # a handler raised and capture swallowed it: convert_frame raises it
     entries.append((info.guard_fn, info.trampoline, ctx.callback, info))
     ctx.entry_codes.add(code)
+    _emit_captured(ctx, code, info, len(mine), children)
     return info.trampoline
+
+
+def _emit_captured(ctx, code, info: CacheEntryInfo, version: int, children: list) -> None:
+    resumes = [getattr(c, "__code__", c) for c in info.trampoline.co_consts
+               if "_resume_at_line_" in getattr(getattr(c, "__code__", c), "co_name", "")]
+    record.emit(record.FrameCaptured(
+        function=where(code), code=code, filename=code.co_filename,
+        firstlineno=code.co_firstlineno, version=version, seconds=info.capture_seconds,
+        graph=info.graph_module, compiled=info.compiled, rewritten=info.trampoline,
+        entry_source=info.entry_source, guard_source=info.guard_fn.__framejit_source__,
+        readable_source=getattr(info, "readable_source", None),
+        guards_source=getattr(info, "guards_source", None),
+        resumes=resumes, broke=bool(resumes), dump_dir=ctx.options.dump_dir,
+        children=list(children)))
+
+
+def _place(loc) -> record.Place | None:
+    if loc is None:
+        return None
+    return record.Place(loc.filename, loc.lineno, loc.function, loc.text.strip())
 
 
 def _miss_reason(entries, f_locals) -> str:
@@ -366,14 +362,10 @@ def _miss_reason(entries, f_locals) -> str:
 
 def _fall_back(ctx, code, e: Unsupported):
     message = e.describe()
-    stats.eager_frames += 1
-    stats.fallback_reasons.append((where(code), message))
+    record.emit(record.Fallback(function=where(code), code=code, message=message,
+                                where=_place(e.where), dump_dir=ctx.options.dump_dir))
     if ctx.options.fullgraph:
         raise GraphBreakError(code.co_name, e) from None
-    log_breaks.info("%s runs as plain Python: %s", where(code), message)
-    if ctx.options.dump_dir:
-        from ..debug.dump import dump_reason
-        dump_reason(ctx.options.dump_dir, code, "runs as plain Python", message)
     # Capture would fail the same way next time: stop offering this code (reset() undoes it).
     if not mine_entries(code, ctx):
         _C.set_code_mode(code, _C.MODE_SKIP)
@@ -401,18 +393,15 @@ def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> Cach
         try:
             info = _capture(ctx, code, func, f_locals, t0, index)
         except Unsupported as cannot:
-            log_breaks.debug("no graph break possible in %s (%s)", where(code), cannot.construct)
             # The frame runs as Python: say what stopped it, and why it could not be split.
             e.construct = f"{e.construct}; the frame cannot be split there: {cannot.construct}"
             if cannot.hint:
                 e.hint = f"{e.hint}; {cannot.hint}" if e.hint else cannot.hint
             raise e from None
-        stats.graph_breaks += 1
-        stats.break_reasons.append((where(code), e.describe()))
-        log_breaks.info("Graph break in %s: %s", where(code), e.describe())
-        if ctx.options.dump_dir:
-            from ..debug.dump import dump_reason
-            dump_reason(ctx.options.dump_dir, code, "graph break", e.describe())
+        record.emit(record.GraphBreak(
+            function=where(code), code=code, construct=e.construct, hint=e.hint,
+            where=_place(e.where), stack=[_place(loc) for loc in e.stack],
+            message=e.describe(), dump_dir=ctx.options.dump_dir))
         return info
 
 
@@ -455,17 +444,8 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0
-    stats.captured += 1
-    stats.capture_seconds += seconds
-    if gm is not None:
-        stats.graphs += 1
-        stats.ops += sum(1 for node in gm.graph.nodes if node.op.startswith("call"))
-    info = CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
+    return CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
                           new_code, seconds)
-    if ctx.options.dump_dir:
-        from ..debug.dump import dump_entry
-        dump_entry(ctx.options.dump_dir, code, info, label)
-    return info
 
 
 def _split_frame(ctx, code, func, tx, label):
@@ -570,6 +550,6 @@ def reset() -> None:
     _touched.clear()
     for code in list(_target_contexts):
         _touched.add(code)
-    reset_stats()
+    record.reset()
     from .values.tensor import clear_meta_memo
     clear_meta_memo()

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .. import record
 from .c_render import PRELUDE, function_name, render_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
@@ -170,6 +171,7 @@ def address_of(launcher: CLauncher) -> int:
         _pending.clear()
         functions = {n: launch.function for n, launch in batch.items() if n not in _functions}
         t0 = time.perf_counter()
+        compiles = c_counters["compiles"]
         try:
             try:
                 _functions.update(_build(sorted(functions), functions))
@@ -180,6 +182,9 @@ def address_of(launcher: CLauncher) -> int:
                 _functions.update(_build([launcher.cname], functions))
         finally:
             counters["kernel_seconds"] += time.perf_counter() - t0
+            record.emit(record.KernelBuilt(language="c", names=sorted(batch[n].name for n in functions),
+                                           seconds=time.perf_counter() - t0,
+                                           cached=c_counters["compiles"] == compiles))
         return _functions[launcher.cname]
 
 

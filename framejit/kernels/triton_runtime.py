@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .. import record
 from . import triton_render
 from .ir import Kernel, product
 from .launch import KernelLauncher, cache_dir
@@ -212,11 +213,15 @@ class Launcher(KernelLauncher):
         # group's torch ops from then on, with a warning (never a wrong answer, never a crash).
         # Only compile errors are caught: anything else (a signal handler's exception, an
         # error of the launch itself) propagates.
+        t0 = time.perf_counter()
         try:
             self._tune(inputs)
             self._warmup(inputs)
         except compile_errors() as e:
             return self._use_fallback(e, inputs)
+        finally:
+            record.emit(record.KernelBuilt(language="triton", names=[self.name],
+                                           seconds=time.perf_counter() - t0))
         self._build_fast()
         return self._fast(*inputs)
 
