@@ -7,7 +7,9 @@ With ``FRAMEJIT_DUMP=<dir>`` (or ``options={"dump_dir": ...}``) every capture wr
   trampoline that replaces it;
 * ``entry.py``: the rewritten code as readable Python (the entry function the trampoline calls);
 * ``graph.txt`` (one line per node, with shapes) and ``graph.py`` (the runnable generated code);
-* ``guards.py``: the guard function checked before each call;
+* ``rewritten.py``: the whole rewritten function as readable, runnable Python (guards, graph call,
+  side effects, the native line at a graph break, resume calls: capture/readable.py);
+* ``guards.py``: the guard function checked before each call, one commented line per guard;
 * with a kernel backend: ``wrapper.py`` (the graph as run: torch calls and kernel launches) and
   per generated kernel ``kernels/<name>.txt`` (its description) and ``kernels/<name>.py``;
 and ``<dir>/<function>/reasons.log`` gathers why each recompile and fallback happened.
@@ -44,8 +46,8 @@ def dump_entry(dump_dir: str, code, info, label: str) -> str:
         "entry.py": f"# The rewritten {code.co_name}(): the trampoline calls this.\n"
                     f"# ___kN names are constants (the compiled graph, globals dicts).\n"
                     f"{info.entry_source}",
-        "guards.py": f"# Checked before every call; the entry runs only when this returns True.\n"
-                     f"{info.guard_fn.__framejit_source__}",
+        "guards.py": _rendered(info, "guards_source"),
+        "rewritten.py": _rendered(info, "readable_source"),
     }
     if info.graph_module is not None:
         files["graph.txt"] = str(info.graph_module.graph) + "\n"
@@ -63,6 +65,13 @@ def dump_entry(dump_dir: str, code, info, label: str) -> str:
         with open(path, "w") as f:
             f.write(text)
     return folder
+
+
+def _rendered(info, attr: str) -> str:
+    try:
+        return getattr(info, attr)
+    except Exception as e:  # a rendering bug must not stop the capture that dumps
+        return f"# framejit could not render this ({type(e).__name__}: {e})\n"
 
 
 def dump_reason(dump_dir: str, code, kind: str, message: str) -> None:

@@ -22,12 +22,12 @@ def test_dump_writes_every_artifact_and_reasons(tmp_path):
     assert sorted(os.listdir(folder)) == ["0", "1", "reasons.log"]
     files = sorted(os.listdir(folder / "0"))
     assert files == ["entry.py", "graph.py", "graph.txt", "guards.py", "original_bytecode.txt",
-                     "rewritten_bytecode.txt"]
+                     "rewritten.py", "rewritten_bytecode.txt"]
     graph_txt = (folder / "0" / "graph.txt").read_text()
     assert "torch.relu" in graph_txt and "f32[3, 5]" in graph_txt
     assert "LOAD_GLOBAL" in (folder / "0" / "original_bytecode.txt").read_text()
     guards = (folder / "0" / "guards.py").read_text()
-    assert "x.shape != (3, 4)" in guards and "!= 2.0" in guards
+    assert "x.shape == (3, 4)" in guards and "== 2.0  # global SCALE == 2.0" in guards
     assert "[recompile]" in (folder / "reasons.log").read_text()
     assert "x.shape[0]: 3 → 6" in (folder / "reasons.log").read_text()
     # The dumped graph code runs and gives the compiled result.

@@ -1,0 +1,352 @@
+"""The readable rendering of each cache entry (capture/readable.py): read, and run in place of
+the rewritten bytecode, it gives what the compiled function gives."""
+
+import re
+
+import pytest
+import torch
+
+import framejit
+from framejit import _C
+from framejit.capture import readable
+
+G = 1.0
+LOG: list = []
+SCALE = 2.0
+
+
+class CountingBackend:
+    """Runs each graph as torch.fx runs it, counting the calls of compiled graphs: a rendering
+    that fell back to plain Python where it should run a graph would call fewer."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, gm, example_inputs):
+        def run(*args):
+            self.calls += 1
+            return gm(*args)
+        return run
+
+
+_alive: list = []
+
+
+@pytest.fixture(autouse=True)
+def _drop_compiled():
+    yield
+    _alive.clear()
+
+
+def entries(code):
+    return [e[3] for e in _C.get_cache_entries(code)]
+
+
+def run_both(fn, make_args, reset=lambda: None):
+    """(eager, compiled, rendered) results and printed output of ``fn`` on fresh arguments each
+    time; ``reset`` puts the globals back before each run. The rendering runs each cache entry's
+    readable source, following the resume functions through their renderings."""
+    reset()
+    eager = fn(*make_args())
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    reset()
+    out = compiled(*make_args())
+    compiled_calls = backend.calls
+    (info,) = entries(fn.__code__)
+    run = readable.load(info)
+    reset()
+    backend.calls = 0
+    rendered = run(*make_args())
+    assert backend.calls == compiled_calls  # every graph ran, none replaced by plain Python
+    _alive.append(compiled)  # cache entries (the resume functions' too) live as long as it does
+    return eager, out, rendered, info
+
+
+def no_generated_names(text: str) -> bool:
+    return re.search(r"\b___\w+", text) is None
+
+
+# -- no graph break --------------------------------------------------------------------------------
+
+
+def scaled(x, w):
+    return torch.relu(x @ w) * SCALE
+
+
+def test_whole_frame_runs_as_rendered_and_reads_as_python():
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    eager, out, rendered, info = run_both(scaled, lambda: (x, w))
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    text = info.readable_source
+    assert no_generated_names(text), text
+    assert "def guards_scaled(x, w):" in text and "def rewritten_scaled(x, w):" in text
+    assert "graph_out = compiled_graph(x, w)" in text
+    assert "#   compiled_graph: the compiled graph (3 operations" in text
+    assert "return graph_out[0]" in text
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        return self.fc(x).relu()
+
+
+def test_module_attribute_write_is_replayed_by_the_rendering():
+    m = Counter()
+    x = torch.randn(2, 4)
+    compiled = framejit.compile(m)
+    out = compiled(x)
+    assert m.steps == 1
+    (info,) = entries(Counter.forward.__code__)
+    text = info.readable_source
+    assert "self_fc_weight = self_fc._parameters['weight']  # self.fc.weight" in text
+    assert "self.steps = new_value_0" in text
+    rendered = readable.load(info)(m, x)
+    assert m.steps == 2  # the rendering replays the write
+    torch.testing.assert_close(rendered, out)
+
+
+# -- one graph break, with side effects ------------------------------------------------------------
+
+
+def one_break(x):
+    global G
+    y = x + 1
+    LOG.append(y.shape[0])
+    G = G + 1
+    print("value", y.shape[0], sep="|")
+    return y * 2
+
+
+def reset_globals():
+    global G
+    G = 1.0
+    LOG.clear()
+
+
+def test_one_break_with_global_write_list_append_and_print(capsys):
+    x = torch.randn(2, 3)
+    eager, out, rendered, info = run_both(one_break, lambda: (x,), reset_globals)
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    assert G == 2.0 and LOG == [2]  # the rendering made the same writes (after a reset)
+    assert capsys.readouterr().out == "value|2\n" * 3
+    text = info.readable_source
+    assert no_generated_names(text), text
+    # The side effects, the native line and the resume call, in the user's names.
+    assert "G = module_globals['G']  # global G" in text
+    assert "LOG.append(*new_value_0)" in text and "module_globals['G'] = new_value_1" in text
+    assert "y = graph_out[0]" in text
+    assert "result = print('value', 2, sep='|')" in text
+    assert re.search(r"return one_break_resume_at_line_\d+\(x, result, y\)", text)
+    (name, sources), = info.resume_sources.items()
+    assert name.startswith("one_break_resume_at_line_") and len(sources) == 1
+    assert "def rewritten_one_break_resume_at_line_" in sources[0]
+
+
+# -- two graph breaks, one a condition on a tensor -------------------------------------------------
+
+
+def two_breaks(x):
+    y = x.sin()
+    print("first")
+    y = y - 0.5
+    if y.sum() > 0:
+        y = y * 2
+    else:
+        y = y - 2
+    return y.cos()
+
+
+@pytest.mark.parametrize("start", [1.5, 5.0])  # sin(x) - 0.5 > 0, then < 0
+def test_two_breaks_condition_runs_both_ways(start, capsys):
+    x = torch.full((3,), start)
+    eager, out, rendered, info = run_both(two_breaks, lambda: (x,))
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    assert capsys.readouterr().out == "first\n" * 3
+    (name, (resume_text,)), = info.resume_sources.items()
+    # The branch taken was captured through the resume function's own rendering; the other not.
+    (resume,) = [e for e in entries(info.rendering().resume_names[name].__code__)]
+    first = two_breaks.__code__.co_firstlineno
+    taken_line = first + 5 if start < 3 else first + 7
+    captured = {n: len(texts) for n, texts in resume.resume_sources.items()}
+    assert captured == {f"two_breaks_resume_at_line_{first + 5}": int(start < 3),
+                        f"two_breaks_resume_at_line_{first + 7}": int(start > 3)}, captured
+    assert f"two_breaks_resume_at_line_{taken_line}" in resume_text
+    # The resume function's rendering tests the condition as plain Python and calls one of two
+    # resume functions.
+    assert "if not stack_0:" in resume_text, resume_text
+    assert resume_text.count("return two_breaks_resume_at_line_") == 2
+    assert no_generated_names(resume_text)
+
+
+# -- a break inside a loop and inside a `with` block -----------------------------------------------
+
+
+def loop_break(x, n):
+    for i in range(n):
+        x = x + i
+        print(i)
+    return x
+
+
+def test_break_inside_a_loop_runs_through_the_resume_renderings(capsys):
+    x = torch.randn(3)
+    eager, out, rendered, info = run_both(loop_break, lambda: (x, 3))
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    assert capsys.readouterr().out == "0\n1\n2\n" * 3
+    text = info.readable_source
+    assert "stack_0 = iter(rebuilt_0)" in text  # the loop's iterator, rebuilt from what is left
+    assert "(x, list(stack_0), result, n, i)" in text
+
+
+def with_break(x):
+    with torch.no_grad():
+        y = x * 2
+        print("inside")
+        y = y + 1
+    return y * x
+
+
+def test_break_inside_a_with_block(capsys):
+    x = torch.randn(3, requires_grad=True)
+    eager, out, rendered, info = run_both(with_break, lambda: (x,))
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    assert rendered.requires_grad and torch.is_grad_enabled()
+    text = info.readable_source
+    assert "except BaseException as error:" in text and "leave_block(stack_0, error)" in text
+    assert "#   leave_block: framejit's" in text
+
+
+def closure_maker(k):
+    def scaled_by(t):
+        return t * k + SCALE
+    return scaled_by
+
+
+def test_closure_cells_are_parameters_of_the_rendering():
+    fn = closure_maker(3)
+    x = torch.randn(4)
+    compiled = framejit.compile(fn)  # (its cache entries live as long as it does)
+    out = compiled(x)
+    (info,) = entries(fn.__code__)
+    assert "def rewritten_scaled_by(t, k_cell):" in info.readable_source
+    assert "k_cell.cell_contents == 3  # k (closed over) == 3 (an int)" in info.guards_source
+    torch.testing.assert_close(readable.load(info)(x, *fn.__closure__), out)
+
+
+# -- guards ----------------------------------------------------------------------------------------
+
+
+def guard_fn_of(info):
+    namespace = dict(info.readable_namespace)
+    exec(info.guards_source, namespace)
+    (name,) = re.findall(r"^def (\w+)\(", info.guards_source, re.M)
+    return namespace[name]
+
+
+def test_guards_one_line_each_with_a_comment_in_user_terms():
+    compiled = framejit.compile(scaled)
+    compiled(torch.randn(4, 16), torch.randn(16, 2))
+    (info,) = entries(scaled.__code__)
+    text = info.guards_source
+    assert no_generated_names(text), text
+    conditions = [line for line in text.splitlines() if line.strip().startswith(("torch.", "and "))]
+    assert all("  # " in line for line in conditions)
+    assert len(conditions) == 3 + len(info.guards.guards)  # grad mode, default dtype, autocast
+    assert any("x.shape == (4, 16)" in line and line.endswith("# x is a 4x16 float32 tensor on cpu, contiguous")
+               for line in conditions), text
+    assert "module_globals['torch'] is torch  # global torch is torch" in text
+    assert "module_globals['SCALE'] == 2.0  # global SCALE == 2.0 (a float)" in text
+    assert f"#   module_globals: the globals of module {__name__}" in text
+
+
+def test_rendered_guards_agree_with_the_real_ones():
+    global SCALE
+    x, w = torch.randn(4, 16), torch.randn(16, 2)
+    compiled = framejit.compile(scaled)
+    compiled(x, w)
+    (info,) = entries(scaled.__code__)
+    rendered = guard_fn_of(info)
+    cases = [(x, w), (torch.randn(5, 16), w), (x.double(), w), (x.t().contiguous().t(), w),
+             (x, torch.randn(16, 2, requires_grad=True)), ("not a tensor", w)]
+    for args in cases:
+        assert rendered(*args) is info.guard_fn(*args)
+    assert [rendered(*a) for a in cases] == [True, False, False, False, False, False]
+    old = SCALE
+    try:
+        SCALE = 3.0
+        assert rendered(x, w) is False and info.guard_fn(x, w) is False
+    finally:
+        SCALE = old
+    with torch.no_grad():
+        assert rendered(x, w) is False and info.guard_fn(x, w) is False
+
+
+def test_module_guards_name_identity_and_hooks():
+    m = Counter()
+    compiled = framejit.compile(m)
+    compiled(torch.randn(2, 4))
+    (info,) = entries(Counter.forward.__code__)
+    text = info.guards_source
+    assert "self is captured_self  # self is the same Counter object as at capture" in text
+    assert "self.fc has no hooks" in text and "no global module hook is registered" in text
+    assert "# self.fc.weight is a 4x4 float32 Parameter on cpu, contiguous, requires grad" in text
+    guards = guard_fn_of(info)
+    x = torch.randn(2, 4)
+    assert guards(m, x) is True
+    handle = m.fc.register_forward_hook(lambda *a: None)
+    try:
+        assert guards(m, x) is False and info.guard_fn(m, x) is False
+    finally:
+        handle.remove()
+    assert guards(Counter(), x) is False
+
+
+# -- what cannot be rendered -----------------------------------------------------------------------
+
+
+def test_an_instruction_it_cannot_show_says_so_and_refuses_to_run():
+    x = torch.randn(2, 3)
+    reset_globals()
+    compiled = framejit.compile(one_break)
+    compiled(x)
+    (info,) = entries(one_break.__code__)
+    from framejit.capture.interpreter import Inst
+    info.frame_break.plan.native.insert(0, Inst("SETUP_ANNOTATIONS", None, 16))
+    info._rendering = None
+    text = info.readable_source
+    assert "framejit cannot show it as Python (the instruction SETUP_ANNOTATIONS)" in text
+    with pytest.raises(NotImplementedError, match="cannot show line"):
+        readable.load(info)(x)
+
+
+# -- dumps -----------------------------------------------------------------------------------------
+
+
+def test_dump_holds_the_rendering_and_the_guards(tmp_path, capsys):
+    reset_globals()
+    x = torch.randn(2, 3)
+    compiled = framejit.compile(one_break, options={"dump_dir": str(tmp_path)})
+    compiled(x)
+    folder = tmp_path / "one_break" / "0"
+    text = (folder / "rewritten.py").read_text()
+    (info,) = entries(one_break.__code__)
+    assert text == info.readable_source
+    assert (folder / "guards.py").read_text() == info.guards_source
+    # The dumped rendering runs with the entry's namespace.
+    namespace = dict(info.readable_namespace)
+    exec(compile(text, str(folder / "rewritten.py"), "exec"), namespace)
+    reset_globals()
+    torch.testing.assert_close(namespace["one_break"](x), (x + 1) * 2)
+    assert G == 2.0 and LOG == [2]
