@@ -544,8 +544,8 @@ def _split_frame(ctx, code, func, tx, label):
         resumes.append(rcode if code.co_freevars else resume_function(rcode, func.__globals__))
     new_code = break_code(code, entry, local_names, markers, plan, resumes, live,
                           base=origin(code, 0)[0], exit_slots=exit_slots)
-    frame_break = FrameBreak(code, local_names, markers, plan, resumes, live, origin(code, 0)[0],
-                             exit_slots)
+    frame_break = FrameBreak(local_names, markers, plan, resumes, live,
+                             weakref.ref(origin(code, 0)[0]), exit_slots)
     return entry, entry_src, gm, compiled, new_code, frame_break
 
 

@@ -29,10 +29,14 @@ from __future__ import annotations
 import ast
 import builtins
 import enum
+import itertools
+import keyword
+import linecache
 import operator
 import re
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -65,14 +69,19 @@ class FrameBreak:
     entry returns the values of ``local_names`` then of the non-NULL ``markers`` slots; then
     ``plan.native`` runs and each of ``plan.exits`` calls ``resumes[k]``."""
 
-    code: types.CodeType
     local_names: list
     markers: list
     plan: object
     resumes: list
     live: tuple
-    base: types.CodeType
+    #: The original code behind the frame's (itself, or a resume function's original), held
+    #: weakly as CacheEntryInfo holds its code: entries live where the collector cannot see.
+    base_ref: weakref.ref
     exit_slots: tuple = ()
+
+    @property
+    def base(self) -> types.CodeType | None:
+        return self.base_ref()
 
 
 @dataclass
@@ -91,7 +100,8 @@ def _ident(text: str) -> str:
     while "__" in out:
         out = out.replace("__", "_")
     out = out.strip("_") or "value"
-    return "v_" + out if out[0].isdigit() else out
+    out = "v_" + out if out[0].isdigit() else out
+    return out + "_" if keyword.iskeyword(out) else out
 
 
 def _short(obj) -> str:
@@ -127,7 +137,7 @@ def _dotted(obj) -> str | None:
             return None
         candidates = [f"{module}.{name}"]
         if module.startswith("torch") and isinstance(getattr(obj, "__name__", None), str):
-            candidates.insert(0, f"torch.{obj.__name__}")
+            candidates.append(f"torch.{obj.__name__}")  # torch.relu, not torch._C._VariableFunctions
     for path in candidates:
         top = path.split(".")[0]
         if top in ("__main__", "builtins") or top.startswith("_") or top == "framejit":
@@ -155,7 +165,7 @@ class ReadableNames(ConstNames):
         name = base
         k = 1
         while name in self.reserved or name in self.namespace or name in self.legend \
-                or (name in vars(builtins) and name != base):
+                or name in vars(builtins):
             name = f"{base}_{k}"
             k += 1
         self.reserved.add(name)
@@ -392,9 +402,9 @@ def render_guards(guards, code: types.CodeType, fn_name: str, names: ReadableNam
            f'    """Whether this cached version of {code.co_name} may run: every condition holds."""\n'
            f"    try:\n"
            f"        return (\n" + "\n".join(body) + "\n"
-           f"        )\n"
-           f"    except Exception:  # a path that no longer exists (a deleted attribute, a key)\n"
-           f"        return False\n")
+           "        )\n"
+           "    except Exception:  # a path that no longer exists (a deleted attribute, a key)\n"
+           "        return False\n")
     return _rename_params(src, _arg_names(code))
 
 
@@ -537,7 +547,7 @@ class _EntryRenderer:
         for key, obj in ns.items():
             if key.startswith("___k"):
                 if getattr(obj, "__qualname__", "").startswith("native_rerun."):
-                    names.hint(obj, f"run_{self.code.co_name}_as_plain_python",
+                    names.hint(obj, f"run_{_ident(self.code.co_name)}_as_plain_python",
                                f"runs {self.code.co_name} again as plain Python: what happens when "
                                "the graph raises (framejit/capture/rerun.py)")
                 self.consts[key] = ast.parse(names(obj), mode="eval").body
@@ -711,6 +721,10 @@ class _EntryRenderer:
         return all(n.id not in local and n.id != "graph_out" for n in ast.walk(e) if isinstance(n, ast.Name)) \
             and all(isinstance(n, (ast.Name, ast.Attribute, ast.Load, ast.Constant)) for n in ast.walk(e))
 
+    def _base_name(self) -> str:
+        base = self.brk.base
+        return base.co_name if base is not None else self.code.co_name
+
     def resume_name(self, resume) -> str:
         code = resume if isinstance(resume, types.CodeType) else resume.__code__
         line = code.co_name.rsplit("_", 1)[-1]
@@ -719,7 +733,7 @@ class _EntryRenderer:
                 return name
         again = " (this same resume function: the loop's next turn)" if code is self.code else ""
         name = self.names.hint(resume, _ident(code.co_name),
-                               f"the rest of {self.brk.base.co_name} from line {line}{again}: the "
+                               f"the rest of {self._base_name()} from line {line}{again}: the "
                                "original code from there, captured on its first call (its own "
                                "rendering: resume_sources)" + (" (a code object: it needs this frame's closure)"
                                                     if isinstance(resume, types.CodeType) else ""))
@@ -875,9 +889,9 @@ class _NativeRenderer:
                                      if j in exit_.iters else e)
                     for j, e in enumerate(final)}
         args = [by_param.get(p, _name(compat.py_name(p)))
-                for p in resume_params(brk.base or brk.code, exit_.depth, brk.live)]
+                for p in resume_params(brk.base or self.r.code, exit_.depth, brk.live)]
         line = _line_of(resume)
-        return [Comment(f"The rest of {brk.base.co_name}, from line {line}: {name}, captured on its "
+        return [Comment(f"The rest of {self.r._base_name()}, from line {line}: {name}, captured on its "
                         "first call"),
                 ast.Return(value=ast.Call(func=fn, args=args, keywords=[]))]
 
@@ -1083,9 +1097,10 @@ class _NativeRenderer:
             return ast.Subscript(value=_name(self.r.names(g)), slice=ast.Constant(var), ctx=ast.Load())
         builtins_dict = (g or {}).get("__builtins__", builtins)
         builtins_dict = builtins_dict if isinstance(builtins_dict, dict) else vars(builtins_dict)
-        if var in builtins_dict and getattr(builtins, var, None) is builtins_dict[var]:
-            return _name(var)
-        raise CannotRender(f"the global {var}, which is not defined")
+        if var in builtins_dict and getattr(builtins, var, None) is not builtins_dict[var]:
+            raise CannotRender(f"the builtin {var}, replaced in this module's builtins")
+        # A builtin, or a name defined nowhere: the plain name reads it, or raises the NameError.
+        return _name(var)
 
 
 def _leave_block():
@@ -1193,8 +1208,15 @@ def load(info, follow_resumes: bool = True):
     namespace = dict(info.readable_namespace)
     if follow_resumes:
         for name, resume in info.rendering().resume_names.items():
-            namespace[name] = _RenderedResume(resume, info.frame_globals)
-    exec(compile(info.readable_source, f"<framejit-readable {info.trampoline.co_name}>", "exec"), namespace)
+            if isinstance(resume, types.FunctionType):
+                # (a resume code object needing this frame's closure stays as it is: it runs
+                # as plain Python)
+                namespace[name] = _RenderedResume(resume)
+    source = info.readable_source
+    filename = f"<framejit-readable {next(_load_ids)}>"
+    # Registered so that tracebacks and pdb show the rendering's lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
     code = info.code_ref()
     return namespace[_dispatcher_name(info, code)]
 
@@ -1205,27 +1227,25 @@ def _dispatcher_name(info, code) -> str:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)][-1]
 
 
-class _RenderedResume:
-    """Stands for a resume function inside a loaded rendering: runs the renderings of the resume
-    code's cache entries, or the resume function itself when none of their guards holds."""
+_load_ids = itertools.count()
 
-    def __init__(self, resume, f_globals):
+
+class _RenderedResume:
+    """Stands for a resume function inside a loaded rendering: runs the rendering of the first
+    of the resume code's cache entries whose guards hold (as the hook would pick it), or the
+    resume function itself as plain Python when there is none."""
+
+    def __init__(self, resume: types.FunctionType):
         self.resume = resume
-        self.f_globals = f_globals
 
     def __call__(self, *args):
         from .. import _C
 
-        code = self.resume if isinstance(self.resume, types.CodeType) else self.resume.__code__
-        for entry in _C.get_cache_entries(code):
+        for entry in _C.get_cache_entries(self.resume.__code__):
             info = entry[3]
-            fn = load(info)
             if info.guard_fn(*args):
-                return fn(*args)
-        fn = self.resume if not isinstance(self.resume, types.CodeType) else None
-        if fn is None:
-            raise NotImplementedError("a resume code object with a closure and no cache entry")
-        return fn(*args)
+                return load(info)(*args)
+        return self.resume(*args)
 
 
 def resume_sources(info) -> dict[str, list[str]]:
