@@ -350,3 +350,102 @@ def test_dump_holds_the_rendering_and_the_guards(tmp_path, capsys):
     reset_globals()
     torch.testing.assert_close(namespace["one_break"](x), (x + 1) * 2)
     assert G == 2.0 and LOG == [2]
+
+
+# -- the native line: what the rendering shows as Python -------------------------------------------
+
+
+class Box:
+    pass
+
+
+BOX = Box()
+TABLE: dict = {}
+
+
+def store_attr(x):
+    BOX.val = x.sum().item()
+    return x + BOX.val
+
+
+def store_subscr(x):
+    TABLE["k"] = x.sum().item()
+    return x * TABLE["k"]
+
+
+def nested_call(x):
+    y = torch.tensor([x.sum().item(), 2.0])
+    return y * 3
+
+
+def formatted(x):
+    print(f"total {x.sum().item():.2f}!", end="|\n")
+    return x + 1
+
+
+def compared(x):
+    n = len(LOG) + int(x.sum().item() > 0)
+    return x * n
+
+
+def global_store(x):
+    global G
+    G = x.sum().item()
+    return x - G
+
+
+NATIVE_CASES = [store_attr, store_subscr, nested_call, formatted, compared, global_store]
+
+
+@pytest.mark.parametrize("fn", NATIVE_CASES, ids=lambda f: f.__name__)
+def test_native_line_as_python(fn, capsys):
+    x = torch.arange(4.0)
+
+    def reset():
+        reset_globals()
+        TABLE.clear()
+        BOX.__dict__.clear()
+
+    eager, out, rendered, info = run_both(fn, lambda: (x,), reset)
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    text = info.readable_source
+    assert "cannot show" not in text and no_generated_names(text), text
+    printed = capsys.readouterr().out
+    assert printed == printed[:len(printed) // 3] * 3  # each run printed the same
+    (resume_text,) = [t for texts in info.resume_sources.values() for t in texts]
+    if fn is formatted:  # the whole print() is the native line: the item() call is inside it
+        assert printed == "total 6.00!|\n" * 3
+        assert re.search(r"result = print\(f'total \{stack_\d+\.item\(\):\.2f\}!', end='\|\\n'\)", text)
+    if fn is nested_call:
+        assert re.search(r"result = torch\.tensor\(\[stack_\d+\.item\(\), 2\.0\]\)", text), text
+    if fn is store_attr:  # the write comes after the break: the resume function replays it
+        assert "BOX = module_globals['BOX']  # global BOX" in resume_text
+        assert "BOX.val = new_value_0" in resume_text
+    if fn is global_store:
+        assert "module_globals['G'] = new_value_0" in resume_text and G == 6.0
+
+
+def raise_in_with(x):
+    with torch.no_grad():
+        y = x * 2
+        raise ValueError(y.sum().item())
+
+
+def test_native_raise_inside_a_with_block_leaves_the_block():
+    x = torch.arange(3.0, requires_grad=True)
+    compiled = framejit.compile(raise_in_with)
+    _alive.append(compiled)
+    with pytest.raises(ValueError, match="6.0"):
+        compiled(x)
+    assert torch.is_grad_enabled()
+    (info,) = entries(raise_in_with.__code__)
+    text = info.readable_source
+    assert re.search(r"result = ValueError\(stack_\d+\.item\(\)\)", text), text
+    assert "leave_block(stack_0, error)" in text
+    # The resume function raises, as the native line of its own rendering.
+    (resume_text,) = [t for texts in info.resume_sources.values() for t in texts]
+    assert "raise stack_1" in resume_text and "leave_block(stack_0, error)" in resume_text
+    with pytest.raises(ValueError, match="6.0"):
+        readable.load(info)(x)
+    assert torch.is_grad_enabled()  # the rendering left the no_grad block as eager does

@@ -406,7 +406,9 @@ def _format_value(r, inst):
     (x,) = r.pop()
     conversion = {0: -1, 1: ord("s"), 2: ord("r"), 3: ord("a")}[flags & 0x03]
     spec_node = None
-    if spec is not None:
+    if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+        spec_node = ast.JoinedStr(values=[spec])  # f"{x:.2f}"
+    elif spec is not None:
         spec_node = ast.JoinedStr(values=[ast.FormattedValue(value=spec, conversion=-1)])
     r.push(ast.JoinedStr(values=[ast.FormattedValue(value=x, conversion=conversion,
                                                     format_spec=spec_node)]))
