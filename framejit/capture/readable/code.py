@@ -99,21 +99,18 @@ class EntryRenderer:
     # statements of the entry, renamed and commented
     def _statements(self, body: list) -> list:
         out: list = []
-        said_inputs = said_effects = False
+        # What each kind of generated temporary is, said before the first of them.
+        said = {"___s": "Values from outside the frame, read before the graph runs and before any "
+                        "write below.",
+                "___r": "Containers the function built (rebuilt_N), made again after the graph.",
+                "___e": "Side effects, replayed after the graph as the function made them: every "
+                        "new value first (new_value_N), then the writes."}
         for s in body:
             target = None
             if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
                 target = s.targets[0].id
-            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
-                target = s.targets[0].id
-                if target.startswith("___s") and not said_inputs:
-                    out.append(Comment("Values from outside the frame, read before the graph runs "
-                                       "and before any write below."))
-                    said_inputs = True
-                if target.startswith("___e") and not said_effects:
-                    out.append(Comment("Side effects, replayed after the graph as the function made "
-                                       "them: every new value first, then the writes."))
-                    said_effects = True
+            if target is not None and target[:4] in said:
+                out.append(Comment(said.pop(target[:4])))
             if isinstance(s, ast.Try):
                 out.extend(self._try(s))
                 continue
@@ -143,9 +140,13 @@ class EntryRenderer:
         for h in s.handlers:
             if h.type is not None:
                 h.type = self._expr(h.type)
+            said = None
+            if h.name == "___err":
+                said = Comment("The graph raised. An exception a signal handler raised meanwhile (a "
+                               "timeout) goes on as it is; any other: see below the try.")
             if h.name:
                 h.name = self._rename(h.name)
-            h.body = self._statements(h.body)
+            h.body = ([said] if said else []) + self._statements(h.body)
         s.orelse = self._statements(s.orelse)
         s.finalbody = self._statements(s.finalbody)
         return [s]
@@ -154,8 +155,9 @@ class EntryRenderer:
         if target is not None:
             if target == "___o":
                 inputs = [ast.unparse(a) for a in out[-1].value.args] if isinstance(out[-1].value, ast.Call) else []
-                out.append(Comment("the compiled graph" + (f"; inputs: {', '.join(inputs)}" if inputs else ""),
-                                   eol=True))
+                outputs = self.renames.get("___o", "graph_out")
+                out.append(Comment(f"the compiled graph ({outputs}: its outputs)"
+                                   + (f"; inputs: {', '.join(inputs)}" if inputs else ""), eol=True))
             elif target.startswith("___s"):
                 new = self.renames.get(target, target)
                 out.append(Comment(self.load_comments.get(new, ""), eol=True))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import textwrap
 from dataclasses import dataclass
 
 
@@ -46,7 +47,8 @@ class Emitter:
                 if s.eol and self.lines:
                     self.lines[-1] += f"  # {s.text}"
                 else:
-                    self.lines.append(f"{indent}# {s.text}")
+                    width = max(40, 100 - len(indent) - 2)
+                    self.lines.extend(f"{indent}# {line}" for line in textwrap.wrap(s.text, width))
             elif isinstance(s, ast.Try):
                 self.lines.append(f"{indent}try:")
                 self.block(s.body, indent + "    ")

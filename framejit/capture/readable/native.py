@@ -62,7 +62,8 @@ class NativeRenderer:
                     ast.Raise(exc=ast.Call(func=name_node("NotImplementedError"), args=[ast.Constant(
                         f"framejit cannot show line {self.line} of {self.r.code.co_name} as Python ({e})")],
                         keywords=[]), cause=None)]
-        what = f"Line {self.line}, run as plain Python: the graph break"
+        what = (f"Line {self.line}, run as plain Python (the graph break); result: what it leaves "
+                "for the rest of the function")
         out = [Comment(what)]
         if brk.exit_slots:
             leave = self.r.names(_leave_block())
