@@ -449,3 +449,47 @@ def test_native_raise_inside_a_with_block_leaves_the_block():
     with pytest.raises(ValueError, match="6.0"):
         readable.load(info)(x)
     assert torch.is_grad_enabled()  # the rendering left the no_grad block as eager does
+
+
+def star_args(x, *rest, scale=2, **kw):
+    y = x * scale
+    print("star", len(rest), sorted(kw))
+    return y + rest[0] + kw["b"]
+
+
+def test_star_args_and_keyword_only_arguments(capsys):
+    x, r, b = torch.ones(2), torch.full((2,), 2.0), torch.full((2,), 3.0)
+    compiled = framejit.compile(star_args)
+    _alive.append(compiled)
+    out = compiled(x, r, scale=3, b=b)
+    (info,) = entries(star_args.__code__)
+    text = info.readable_source
+    # The hook passes the argument slots: positional, keyword-only, *args, **kwargs.
+    assert "def rewritten_star_args(x, scale, rest, kw):" in text
+    assert "return plain(x, *rest, scale=scale, **kw)" in text
+    run = readable.load(info)
+    torch.testing.assert_close(run(x, 3, (r,), {"b": b}), out)
+    # Guards that fail send the dispatcher to the original code, as plain Python.
+    torch.testing.assert_close(run(x, 5, (r,), {"b": b}), star_args(x, r, scale=5, b=b))
+    assert capsys.readouterr().out == "star 1 ['b']\n" * 4
+
+
+def test_break_in_a_closure_builds_the_resume_function_with_the_cells(capsys):
+    def make(k):
+        def inner(x):
+            y = x * k
+            print("inner")
+            return y + k
+        return inner
+
+    fn = make(3)
+    x = torch.ones(2)
+    compiled = framejit.compile(fn)
+    _alive.append(compiled)
+    out = compiled(x)
+    (info,) = entries(fn.__code__)
+    text = info.readable_source
+    assert re.search(r"return FunctionType\(inner_resume_at_line_\d+, module_globals, None, None, "
+                     r"\(k_cell,\)\)\(x, result, y\)", text), text
+    torch.testing.assert_close(readable.load(info)(x, *fn.__closure__), out)
+    assert capsys.readouterr().out == "inner\n" * 2
