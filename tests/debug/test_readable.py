@@ -493,3 +493,32 @@ def test_break_in_a_closure_builds_the_resume_function_with_the_cells(capsys):
                      r"\(k_cell,\)\)\(x, result, y\)", text), text
     torch.testing.assert_close(readable.load(info)(x, *fn.__closure__), out)
     assert capsys.readouterr().out == "inner\n" * 2
+
+
+def test_a_guard_kind_it_does_not_know_renders_as_its_own_test():
+    from framejit.capture.guards import Guard
+    from framejit.capture.sources import LocalSource
+
+    class SumGuard(Guard):  # a kind readable.py has no words for
+        def __init__(self, source):
+            self.source = source
+
+        def code(self, v, names):
+            return [f"if {v}.sum() != 2: return False"]
+
+        def describe(self):
+            return f"{self.source.name()} sums to 2"
+
+    def takes_n(x, n):
+        return x * n
+
+    compiled = framejit.compile(takes_n)
+    _alive.append(compiled)
+    compiled(torch.ones(2), 7)
+    (info,) = entries(takes_n.__code__)
+    info.guards.guards.append(SumGuard(LocalSource("x")))
+    info._rendering = None
+    assert "and not (x.sum() != 2)  # x sums to 2" in info.guards_source
+    guards = guard_fn_of(info)
+    assert guards(torch.ones(2), 7) is True and guards(torch.tensor([3.0, -1.0]), 7) is True
+    assert guards(torch.zeros(2), 7) is False  # only the new guard tells these apart

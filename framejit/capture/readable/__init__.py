@@ -33,6 +33,7 @@ import types
 import weakref
 from dataclasses import dataclass, field
 
+from ... import _C
 from .. import compat
 from .code import EntryRenderer
 from .guards import render_guards
@@ -68,6 +69,8 @@ class Rendering:
     guards_source: str
     namespace: dict
     resume_names: dict = field(default_factory=dict)  # rendered name -> resume function or code
+    #: The function of the source that stands for the whole entry (guards, then rewritten code).
+    entry_point: str = ""
 
 
 # -- the whole rendering ---------------------------------------------------------------------------
@@ -94,7 +97,7 @@ def render(info) -> Rendering:
     code = info.code_ref()
     if code is None:
         text = "# The function's code object no longer exists: nothing to show.\n"
-        return Rendering(text, text, {})
+        return Rendering(text, text, {}, entry_point="")
     names = ReadableNames(reserved(code))
     fname = ident(code.co_name)
     guard_fn = names.unique(f"guards_{fname}")
@@ -123,16 +126,17 @@ def render(info) -> Rendering:
                     f"    if {guard_fn}({params}):\n"
                     f"        return {rewritten_fn}({params})\n" + fallback)
     body = "\n\n".join([guards_src, rewritten_src, dispatch_src])
-    source = _header(info, code, names, body) + "\n\n\n" + body
+    source = _header(info, code, names, body, dispatcher) + "\n\n\n" + body
     guards_header = _legend(names, guards_src, code)
-    return Rendering(source, guards_header + "\n\n" + guards_src, names.namespace, resume_names)
+    return Rendering(source, guards_header + "\n\n" + guards_src, names.namespace, resume_names,
+                     dispatcher)
 
 
 def _legend(names: ReadableNames, text: str, code) -> str:
     used = {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
     lines = [f"{name}: {what}" for name, what in names.legend.items() if name in used]
     params = [f"{new}: {_param_words(old)}" for old, new in arg_names(code).items() if new in used]
-    out = [f"# Names used below that are not {code.co_name}'s own (their objects are in the "
+    out = [f"# Names used below that are not {code.co_name}'s own (their objects are in the cache "
            "entry's readable_namespace):"]
     out += [f"#   {line}" for line in lines + params]
     if len(out) == 1:
@@ -147,12 +151,12 @@ def _param_words(old: str) -> str:
     return f"value {k} of the stack at the graph break, handed over by the caller"
 
 
-def _header(info, code, names, body: str) -> str:
+def _header(info, code, names, body: str, entry_point: str) -> str:
     kind = "a split frame (graph break)" if info.frame_break is not None else "the whole frame"
     top = [f"# {code.co_name} ({code.co_filename}:{code.co_firstlineno}) as framejit runs it: "
            f"one cached version, {kind}.",
-           "# It runs as it stands: exec it in a copy of the entry's readable_namespace and call "
-           f"the last function with the arguments of {code.co_name}."]
+           "# It runs as it stands: exec it in a copy of the cache entry's readable_namespace "
+           f"and call {entry_point}() with the argument slots the hook passes."]
     return "\n".join(top) + "\n" + _legend(names, body, code)
 
 
@@ -161,26 +165,20 @@ def load(info, follow_resumes: bool = True):
     rewritten function as rendered. With ``follow_resumes``, each resume function it calls runs
     as rendered too (through the cache entries it has when called; as plain Python when it has
     none that fit)."""
-    namespace = dict(info.readable_namespace)
+    rendering = info.rendering()
+    namespace = dict(rendering.namespace)
     if follow_resumes:
-        for name, resume in info.rendering().resume_names.items():
+        for name, resume in rendering.resume_names.items():
             if isinstance(resume, types.FunctionType):
                 # (a resume code object needing this frame's closure stays as it is: it runs
                 # as plain Python)
                 namespace[name] = _RenderedResume(resume)
-    source = info.readable_source
+    source = rendering.source
     filename = f"<framejit-readable {next(_load_ids)}>"
     # Registered so that tracebacks and pdb show the rendering's lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    code = info.code_ref()
-    return namespace[_dispatcher_name(info, code)]
-
-
-def _dispatcher_name(info, code) -> str:
-    del code  # the last function the source defines
-    tree = ast.parse(info.readable_source)
-    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)][-1]
+    return namespace[rendering.entry_point]
 
 
 _load_ids = itertools.count()
@@ -195,8 +193,6 @@ class _RenderedResume:
         self.resume = resume
 
     def __call__(self, *args):
-        from ... import _C
-
         for entry in _C.get_cache_entries(self.resume.__code__):
             info = entry[3]
             if info.guard_fn(*args):
@@ -207,8 +203,6 @@ class _RenderedResume:
 def resume_sources(info) -> dict[str, list[str]]:
     """The renderings of the resume functions this entry calls: name -> the readable_source of
     each of their cache entries so far (a resume function is captured on its first call)."""
-    from ... import _C
-
     out = {}
     for name, resume in info.rendering().resume_names.items():
         code = resume if isinstance(resume, types.CodeType) else resume.__code__

@@ -16,9 +16,7 @@ from .native import NativeRenderer
 if TYPE_CHECKING:
     from . import FrameBreak
 
-# -- the rewritten function ------------------------------------------------------------------------
-
-
+#: Temporaries of the entry function -> readable names.
 _SPECIAL_TEMPS = {"___o": "graph_out", "___err": "error", "___saved": "saved_inputs",
                   "___rng": "random_state", "___ac": "autocast_before", "___grad": "grad_mode_before"}
 
@@ -43,6 +41,8 @@ class EntryRenderer:
         self.consts: dict[str, ast.expr] = {}
         self.renames: dict[str, str] = dict(self.params)
         self.resume_names: dict = {}
+        self.load_comments: dict[str, str] = {}  # temporary -> the value it holds, in user terms
+        self.rerun_keys: set = set()  # the constants that run the frame again as plain Python
 
     # names of the entry's constants and temporaries
     def name_objects(self) -> None:
@@ -68,6 +68,7 @@ class EntryRenderer:
         for key, obj in ns.items():
             if key.startswith("___k"):
                 if getattr(obj, "__qualname__", "").startswith("native_rerun."):
+                    self.rerun_keys.add(key)
                     names.hint(obj, f"run_{ident(self.code.co_name)}_as_plain_python",
                                f"runs {self.code.co_name} again as plain Python: what happens when "
                                "the graph raises (framejit/capture/rerun.py)")
@@ -75,7 +76,6 @@ class EntryRenderer:
 
     def _name_loads(self, entry) -> None:
         loads = getattr(entry, "__framejit_loads__", {}) if entry is not None else {}
-        self.load_comments: dict[str, str] = {}
         for var, source in loads.items():
             who = user_words(source)
             new = self.names.unique(ident(path_name(source)))
@@ -169,9 +169,8 @@ class EntryRenderer:
                 ast.unparse(self.consts[node.func.id])) is NativeResult and len(node.args) == 1
 
     def _is_rerun(self, node) -> bool:
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.consts):
-            return False
-        return ast.unparse(self.consts[node.func.id]).startswith("run_")
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in self.rerun_keys
 
     def _rename(self, n: str) -> str:
         new = self.renames.get(n)

@@ -30,6 +30,19 @@ from .names import ReadableNames, a_or_an, arg_names, dotted, ident, short, user
 # -- guards ----------------------------------------------------------------------------------------
 
 
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _static(g: TensorGuard) -> bool:
+    """Whether the guard is on exact sizes (a guard with symbolic sizes renders as its own test)."""
+    return all(type(d) is int for d in (*g.shape, *g.stride))
+
+
 def _tensor_words(g: TensorGuard) -> str:
     if len(g.shape) > 1:
         shape = "x".join(map(str, g.shape))
@@ -37,7 +50,7 @@ def _tensor_words(g: TensorGuard) -> str:
         shape = f"{g.shape[0]}-element" if g.shape else "0-dim"
     kind = "tensor" if g.typ is torch.Tensor else g.typ.__name__
     dtype = str(g.dtype).replace("torch.", "")
-    contiguous = tuple(torch.empty(g.shape, device="meta").stride()) == g.stride
+    contiguous = _contiguous_strides(g.shape) == tuple(g.stride)
     layout = "contiguous" if contiguous else f"strides {g.stride}"
     grad = ", requires grad" if g.requires_grad else ""
     return f"{a_or_an(shape)} {dtype} {kind} on {g.device}, {layout}{grad}"
@@ -98,7 +111,7 @@ def _guard_line(guard, v: str, names: ReadableNames, value_of) -> tuple[str, str
         ids = ", ".join(f"id({x})" for x in values)
         listed = ", ".join(user_words(s) for s in guard.sources)
         return f"len({{{ids}}}) == {len(values)}", f"{listed} are distinct objects"
-    if isinstance(guard, TensorGuard):
+    if isinstance(guard, TensorGuard) and _static(guard):
         return (f"type({v}) is {names(guard.typ)} and {v}.dtype is {names(guard.dtype)}"
                 f" and {v}.shape == {guard.shape!r} and {v}.stride() == {guard.stride!r}"
                 f" and {v}.requires_grad is {guard.requires_grad!r}"

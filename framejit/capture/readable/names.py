@@ -15,10 +15,8 @@ from .. import compat
 from ..guards import _is_literal
 from ..sources import ConstNames, FreeVarSource, GlobalSource, LocalSource
 
-# -- names -----------------------------------------------------------------------------------------
-
-
 def ident(text: str) -> str:
+    """``text`` as a Python identifier (``self.fc.weight`` -> ``self_fc_weight``)."""
     out = "".join(c if c.isalnum() else "_" for c in text)
     while "__" in out:
         out = out.replace("__", "_")
