@@ -15,6 +15,7 @@ from .. import compat
 from ..guards import _is_literal
 from ..sources import ConstNames, FreeVarSource, GlobalSource, LocalSource
 
+
 def ident(text: str) -> str:
     """``text`` as a Python identifier (``self.fc.weight`` -> ``self_fc_weight``)."""
     out = "".join(c if c.isalnum() else "_" for c in text)
