@@ -28,7 +28,7 @@ from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
-from .readable import FrameBreak
+from .readable import FrameBreak, render, resume_sources
 from .rerun import RandomState
 from .resume import (
     ITER,
@@ -116,23 +116,22 @@ class CacheEntryInfo:
     compiled: object
     trampoline: types.CodeType
     capture_seconds: float
-    #: What the readable rendering needs (see readable.py): the frame's module globals, and
+    #: What the readable rendering needs (capture/readable/): the frame's module globals, and
     #: the layout at the graph break of a split frame.
     frame_globals: dict | None = None
     frame_break: FrameBreak | None = None
     _rendering: object = field(default=None, repr=False)
 
     def rendering(self):
-        """The readable rendering (readable.py), made on first use: never at capture."""
+        """The readable rendering (capture/readable/), made on first use: never at capture."""
         if self._rendering is None:
-            from .readable import render
             self._rendering = render(self)
         return self._rendering
 
     @property
     def readable_source(self) -> str:
         """The whole rewritten function as runnable Python: guards, graph call, side effects,
-        the native line at a break and the resume calls (see readable.py)."""
+        the native line at a break and the resume calls (see capture/readable/)."""
         return self.rendering().source
 
     @property
@@ -148,7 +147,6 @@ class CacheEntryInfo:
     @property
     def resume_sources(self) -> dict:
         """Resume function name -> the readable_source of each of its cache entries so far."""
-        from .readable import resume_sources
         return resume_sources(self)
 
 

@@ -8,7 +8,7 @@ With ``FRAMEJIT_DUMP=<dir>`` (or ``options={"dump_dir": ...}``) every capture wr
 * ``entry.py``: the rewritten code as readable Python (the entry function the trampoline calls);
 * ``graph.txt`` (one line per node, with shapes) and ``graph.py`` (the runnable generated code);
 * ``rewritten.py``: the whole rewritten function as readable, runnable Python (guards, graph call,
-  side effects, the native line at a graph break, resume calls: capture/readable.py);
+  side effects, the native line at a graph break, resume calls: capture/readable/);
 * ``guards.py``: the guard function checked before each call, one commented line per guard;
 * with a kernel backend: ``wrapper.py`` (the graph as run: torch calls and kernel launches) and
   per generated kernel ``kernels/<name>.txt`` (its description) and ``kernels/<name>.py``;

@@ -1,4 +1,4 @@
-"""The readable rendering of each cache entry (capture/readable.py): read, and run in place of
+"""The readable rendering of each cache entry (capture/readable/): read, and run in place of
 the rewritten bytecode, it gives what the compiled function gives."""
 
 import re
@@ -499,7 +499,7 @@ def test_a_guard_kind_it_does_not_know_renders_as_its_own_test():
     from framejit.capture.guards import Guard
     from framejit.capture.sources import LocalSource
 
-    class SumGuard(Guard):  # a kind readable.py has no words for
+    class SumGuard(Guard):  # a kind capture/readable/ has no words for
         def __init__(self, source):
             self.source = source
 
