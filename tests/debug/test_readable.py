@@ -266,7 +266,7 @@ def test_guards_one_line_each_with_a_comment_in_user_terms():
     assert len(conditions) == 3 + len(info.guards.guards)  # grad mode, default dtype, autocast
     assert any("x.shape == (4, 16)" in line and line.endswith("# x is a 4x16 float32 tensor on cpu, contiguous")
                for line in conditions), text
-    assert "module_globals['torch'] is torch  # global torch is torch" in text
+    assert "module_globals['torch'] is torch  # global torch is the module torch" in text
     assert "module_globals['SCALE'] == 2.0  # global SCALE == 2.0 (a float)" in text
     assert f"#   module_globals: the globals of module {__name__}" in text
 

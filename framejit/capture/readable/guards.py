@@ -63,7 +63,8 @@ def _guard_line(guard, v: str, names: ReadableNames, value_of) -> tuple[str, str
     if isinstance(guard, IdGuard):
         path = dotted(guard.obj)
         if path is not None:
-            return f"{v} is {names(guard.obj)}", f"{who} is {path}"
+            what = f"the module {path}" if isinstance(guard.obj, types.ModuleType) else path
+            return f"{v} is {names(guard.obj)}", f"{who} is {what}"
         obj = names.hint(guard.obj, f"captured_{ident(guard.source.name())}",
                          f"the object {who} was at capture: {short(guard.obj)}")
         return f"{v} is {obj}", f"{who} is the same {type(guard.obj).__name__} object as at capture"
