@@ -522,3 +522,54 @@ def test_a_guard_kind_it_does_not_know_renders_as_its_own_test():
     guards = guard_fn_of(info)
     assert guards(torch.ones(2), 7) is True and guards(torch.tensor([3.0, -1.0]), 7) is True
     assert guards(torch.zeros(2), 7) is False  # only the new guard tells these apart
+
+
+def test_two_breaks_on_one_line_of_a_lambda(capsys):
+    # Both resume functions are named <lambda>_resume_at_line_N: the rendering of the first
+    # must call the second, not define a function of the same name over it.
+    fn = lambda x: print("a", x.sum().item()) or print("b") or x + 1  # noqa: E731
+    x = torch.ones(2)
+    eager, out, rendered, info = run_both(fn, lambda: (x,))
+    torch.testing.assert_close(rendered, eager)
+    torch.testing.assert_close(rendered, out)
+    assert capsys.readouterr().out == "a 2.0\nb\n" * 3
+    (resume_text,) = [t for texts in info.resume_sources.values() for t in texts]
+    called = re.findall(r"return (lambda_resume_at_line_\d+(?:_\d+)?)\(", resume_text)
+    defined = re.findall(r"^def (\w+)\(", resume_text, re.M)
+    assert called and not set(called) & set(defined), resume_text
+
+
+class Logged:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+
+def undefined_in_with(x, log):
+    with Logged(log):
+        y = x + x.sum().item()
+        z = y + undefined_name  # noqa: F821  (a NameError, raised by the native line)
+    return z
+
+
+def test_a_native_name_error_inside_a_with_block_reaches_its_exit():
+    x = torch.ones(2)
+    compiled = framejit.compile(undefined_in_with)
+    _alive.append(compiled)
+    log: list = []
+    with pytest.raises(NameError):
+        compiled(x, log)
+    assert log == ["enter", "exit"]
+    (info,) = entries(undefined_in_with.__code__)
+    (resume_text,) = [t for texts in info.resume_sources.values() for t in texts]
+    # The name is read inside the `try` that leaves the block, where the instruction ran.
+    assert re.search(r"try:\n +result = undefined_name\n +except BaseException", resume_text), resume_text
+    log.clear()
+    with pytest.raises(NameError):
+        readable.load(info)(x, log)
+    assert log == ["enter", "exit"]

@@ -167,7 +167,7 @@ def arg_names(code: types.CodeType) -> dict[str, str]:
 
 def reserved(code: types.CodeType) -> set:
     names = set(map(compat.py_name, code.co_varnames + code.co_cellvars + code.co_freevars))
-    return names | set(arg_names(code).values()) | {code.co_name}
+    return names | set(arg_names(code).values()) | {code.co_name, ident(code.co_name)}
 
 
 

@@ -49,6 +49,7 @@ class NativeRenderer:
         self.line = line
         self.out: list = []
         self.kw_names: tuple = ()
+        self.global_reads: set = set()  # ids of the plain names a native LOAD_GLOBAL pushed
 
     def render(self) -> list:
         brk = self.r.brk
@@ -97,7 +98,15 @@ class NativeRenderer:
         return items
 
     def pending(self, e) -> bool:
-        return e is not NULL and not isinstance(e, (ast.Name, ast.Constant)) and not self.r._constant(e)
+        """Whether evaluating ``e`` later could differ from the instruction's doing it now (or
+        raise somewhere else): anything but a literal, a variable of the rendered function, or
+        one of its constants. A global read natively (``undefined_name``) is pending: its
+        NameError must come where the instruction ran."""
+        if e is NULL or isinstance(e, ast.Constant):
+            return False
+        if isinstance(e, ast.Name):
+            return id(e) in self.global_reads
+        return not self.r._constant(e)
 
     def flush(self, keep: int) -> None:
         """Give every pending value below the top ``keep`` entries a name: what runs next may
@@ -195,7 +204,9 @@ class NativeRenderer:
         if var in builtins_dict and getattr(builtins, var, None) is not builtins_dict[var]:
             raise CannotRender(f"the builtin {var}, replaced in this module's builtins")
         # A builtin, or a name defined nowhere: the plain name reads it, or raises the NameError.
-        return name_node(var)
+        node = name_node(var)
+        self.global_reads.add(id(node))
+        return node
 
 
 def _leave_block():
