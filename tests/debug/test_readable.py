@@ -1,7 +1,11 @@
 """The readable rendering of each cache entry (capture/readable/): read, and run in place of
 the rewritten bytecode, it gives what the compiled function gives."""
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -573,3 +577,35 @@ def test_a_native_name_error_inside_a_with_block_reaches_its_exit():
     with pytest.raises(NameError):
         readable.load(info)(x, log)
     assert log == ["enter", "exit"]
+
+
+# -- renderings in place of the rewritten code, over capture tests ---------------------------------
+
+
+def test_renderings_run_in_place_only_when_asked():
+    from framejit.capture import convert_frame
+
+    patched = convert_frame._capture.__name__ == "capture_and_render"
+    assert patched is (os.environ.get("FRAMEJIT_TEST_READABLE") == "1")
+
+
+#: Capture tests with graph breaks, side effects, `with` blocks and native errors, run with every
+#: cache entry's rendering in place of its rewritten bytecode. Left out: one test that checks
+#: that a traceback points at the user's line, which a rendering (its own source) does not do.
+_IN_PLACE = ["tests/capture/test_graph_breaks.py", "tests/capture/test_side_effects.py",
+             "tests/capture/test_with_blocks.py", "tests/capture/test_wrong_answers.py",
+             "tests/capture/test_break_points.py"]
+_NOT_IN_PLACE = "tests/capture/test_graph_breaks.py::test_resume_function_has_readable_name_and_user_lines"
+
+
+def test_capture_tests_pass_with_the_renderings_in_place():
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, FRAMEJIT_TEST_READABLE="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *_IN_PLACE, "tests/debug/test_readable.py::"
+         "test_renderings_run_in_place_only_when_asked", "-q", "-p", "no:cacheprovider",
+         "--deselect", _NOT_IN_PLACE],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    progress = [line.split(" [")[0] for line in result.stdout.splitlines() if line.endswith("%]")]
+    assert sum(line.count(".") for line in progress) > 100, result.stdout[-2000:]  # tests that ran
