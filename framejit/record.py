@@ -182,14 +182,32 @@ class FrameCaptured(Event):
     rewritten: Any = None       # the code object that runs instead of the original
     entry_source: str = ""      # the Python the rewritten code calls
     guard_source: str = ""      # the guard function checked before each call
-    readable_source: str | None = None
-    guards_source: str | None = None
+    #: Whatever renders the rewritten function (capture's cache-entry info, with attributes
+    #: ``readable_source`` and ``guards_source``): rendered when a reader first asks, never at
+    #: capture.
+    renderer: Any = None
     resumes: list = field(default_factory=list)  # code objects of the resume functions it calls
     broke: bool = False         # split at a graph break
     dump_dir: str | None = None
     children: list = field(default_factory=list)
 
     kind = "frame_captured"
+
+    def _rendered(self, name: str) -> str | None:
+        if self.renderer is None:
+            return None
+        try:
+            return getattr(self.renderer, name, None)
+        except Exception as e:  # a rendering that fails must not break the reader
+            return f"# framejit could not render this ({type(e).__name__}: {e})\n"
+
+    @property
+    def readable_source(self) -> str | None:
+        return self._rendered("readable_source")
+
+    @property
+    def guards_source(self) -> str | None:
+        return self._rendered("guards_source")
 
     @property
     def ops(self) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "capture_stats",
     "fx_export_backend",
     "route_default_backend_through_fx",
+    "run_renderings_in_place",
 ]
 
 
@@ -140,6 +141,38 @@ def route_default_backend_through_fx():
 
     def restore() -> None:
         registry._REGISTRY.update(saved)
+
+    return restore
+
+
+def run_renderings_in_place():
+    """Test hook: from now on every cache entry runs its readable rendering
+    (``CacheEntryInfo.readable_source``, capture/readable/) in place of its rewritten bytecode:
+    the hook, having checked the entry's guards, calls the rendered ``rewritten_<f>`` function
+    (and resume functions, captured in turn, run theirs). A test suite that passes this way shows
+    that the renderings do what the rewritten code does. A rendering that cannot be made raises,
+    so the frame falls back loudly (``stats.eager_frames``). Returns a function that undoes it."""
+    from . import _C
+    from .capture import convert_frame
+    from .capture.output import make_trampoline
+
+    capture = convert_frame._capture
+
+    def capture_and_render(ctx, code, func, f_locals, *args, **kwargs):
+        info = capture(ctx, code, func, f_locals, *args, **kwargs)
+        rendering = info.rendering()
+        namespace = dict(rendering.namespace)
+        exec(compile(rendering.source, f"<framejit-readable {code.co_name}>", "exec"), namespace)
+        (name,) = [n for n in namespace if n.startswith("rewritten_")]
+        rewritten = namespace[name]
+        _C.set_code_mode(rewritten.__code__, _C.MODE_SKIP)
+        info.trampoline = make_trampoline(code, rewritten)
+        return info
+
+    convert_frame._capture = capture_and_render
+
+    def restore() -> None:
+        convert_frame._capture = capture
 
     return restore
 

@@ -20,6 +20,11 @@ if os.environ.get("FRAMEJIT_TEST_GPU") != "1":
 #: tests/capture and tests/models this way too.
 TEST_BACKEND = os.environ.get("FRAMEJIT_TEST_BACKEND", "native")
 
+#: FRAMEJIT_TEST_READABLE=1 runs every cache entry's readable rendering in place of its
+#: rewritten bytecode (framejit.testing.run_renderings_in_place; tests/debug/test_readable.py
+#: runs part of tests/capture this way).
+TEST_READABLE = os.environ.get("FRAMEJIT_TEST_READABLE") == "1"
+
 
 def pytest_configure(config):
     if TEST_BACKEND == "fx":
@@ -28,9 +33,15 @@ def pytest_configure(config):
         route_default_backend_through_fx()
     elif TEST_BACKEND != "native":
         raise pytest.UsageError(f"FRAMEJIT_TEST_BACKEND={TEST_BACKEND!r}: expected 'native' or 'fx'")
+    if TEST_READABLE:
+        from framejit.testing import run_renderings_in_place
+
+        run_renderings_in_place()
 
 
 def pytest_report_header(config):
+    if TEST_READABLE:
+        return "framejit: cache entries run their readable renderings (FRAMEJIT_TEST_READABLE=1)"
     if TEST_BACKEND == "fx":
         return "framejit: backend='default'/'eager' go through the torch.fx export (FRAMEJIT_TEST_BACKEND=fx)"
     return None

@@ -28,6 +28,7 @@ from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
+from .readable import FrameBreak, render, resume_sources
 from .rerun import RandomState
 from .resume import (
     ITER,
@@ -92,6 +93,38 @@ class CacheEntryInfo:
     compiled: object
     trampoline: types.CodeType
     capture_seconds: float
+    #: What the readable rendering needs (capture/readable/): the frame's module globals, and
+    #: the layout at the graph break of a split frame.
+    frame_globals: dict | None = None
+    frame_break: FrameBreak | None = None
+    _rendering: object = field(default=None, repr=False)
+
+    def rendering(self):
+        """The readable rendering (capture/readable/), made on first use: never at capture."""
+        if self._rendering is None:
+            self._rendering = render(self)
+        return self._rendering
+
+    @property
+    def readable_source(self) -> str:
+        """The whole rewritten function as runnable Python: guards, graph call, side effects,
+        the native line at a break and the resume calls (see capture/readable/)."""
+        return self.rendering().source
+
+    @property
+    def guards_source(self) -> str:
+        """The guard function, one condition per line, each with a comment in the user's terms."""
+        return self.rendering().guards_source
+
+    @property
+    def readable_namespace(self) -> dict:
+        """The objects ``readable_source`` refers to by name (exec the source in a copy)."""
+        return self.rendering().namespace
+
+    @property
+    def resume_sources(self) -> dict:
+        """Resume function name -> the readable_source of each of its cache entries so far."""
+        return resume_sources(self)
 
 
 def register_target(ctx: CompileContext, code: types.CodeType) -> None:
@@ -338,8 +371,7 @@ def _emit_captured(ctx, code, info: CacheEntryInfo, version: int, children: list
         firstlineno=code.co_firstlineno, version=version, seconds=info.capture_seconds,
         graph=info.graph_module, compiled=info.compiled, rewritten=info.trampoline,
         entry_source=info.entry_source, guard_source=info.guard_fn.__framejit_source__,
-        readable_source=getattr(info, "readable_source", None),
-        guards_source=getattr(info, "guards_source", None),
+        renderer=info,
         resumes=resumes, broke=bool(resumes), dump_dir=ctx.options.dump_dir,
         children=list(children)))
 
@@ -433,10 +465,11 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
         try:
             ret = tx.run()
         except BreakHere:
-            entry, entry_src, gm, compiled, new_code = _split_frame(ctx, code, func, tx, label)
+            entry, entry_src, gm, compiled, new_code, frame_break = _split_frame(ctx, code, func, tx, label)
         else:
             entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.compile_graph, label)
             new_code = make_trampoline(code, entry)
+            frame_break = None
     finally:
         output.restore_global_state()
         rng.restore()
@@ -445,7 +478,7 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
     _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0
     return CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
-                          new_code, seconds)
+                          new_code, seconds, func.__globals__, frame_break)
 
 
 def _split_frame(ctx, code, func, tx, label):
@@ -488,7 +521,9 @@ def _split_frame(ctx, code, func, tx, label):
         resumes.append(rcode if code.co_freevars else resume_function(rcode, func.__globals__))
     new_code = break_code(code, entry, local_names, markers, plan, resumes, live,
                           base=origin(code, 0)[0], exit_slots=exit_slots)
-    return entry, entry_src, gm, compiled, new_code
+    frame_break = FrameBreak(local_names, markers, plan, resumes, live,
+                             weakref.ref(origin(code, 0)[0]), exit_slots)
+    return entry, entry_src, gm, compiled, new_code, frame_break
 
 
 def _check_loops_hand_over(tx) -> None:

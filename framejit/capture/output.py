@@ -293,6 +293,7 @@ class OutputGraph:
         namespace = dict(cg.names.namespace)
         exec(compile(src, filename, "exec"), namespace)
         entry = namespace[fn_name]
+        entry.__framejit_loads__ = cg.source_expr.sources  # for capture/readable/
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled
 

@@ -323,6 +323,8 @@ class SourceLoader:
         self.prefix = prefix
         self.snapshot = snapshot
         self.temps: dict = {}
+        #: temporary -> the source it holds (names the temporaries in readable renderings)
+        self.sources: dict[str, Source] = {}
 
     def __call__(self, source: Source) -> str:
         var = self.temps.get(source.key)
@@ -341,5 +343,6 @@ class SourceLoader:
             expr = base_expr + full[len(prefix):]
         var = f"{self.prefix}{len(self.temps)}"
         self.temps[source.key] = var
+        self.sources[var] = source
         self.lines.append(f"{var} = {expr}")
         return var
