@@ -29,6 +29,7 @@ from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
 from .rerun import RandomState
+from .shapes import DynamicShapeError
 from .resume import (
     ITER,
     NULL,
@@ -73,6 +74,7 @@ class Stats:
     eager_frames: int = 0    # frames that fell back to plain Python
     fallback_reasons: list = field(default_factory=list)   # (function, message)
     recompile_reasons: list = field(default_factory=list)  # (function, message)
+    static_retries: list = field(default_factory=list)     # (function, why symbolic sizes failed)
     capture_seconds: float = 0.0
 
 
@@ -98,6 +100,8 @@ class CompileContext:
     warned_limit: set = field(default_factory=set)
     #: The code objects holding cache entries of this context (see release()).
     entry_codes: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    #: code -> the sizes of its tensor inputs seen so far, by source (automatic dynamic shapes)
+    sizes_seen: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
 
 @dataclass
@@ -384,14 +388,30 @@ def mine_entries(code, ctx):
     return [e for e in _C.get_cache_entries(code) if e[2] is ctx.callback]
 
 
+class _RetryStatic(Exception):
+    """A capture with symbolic sizes met what it cannot express: capture with static shapes."""
+
+
 def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> CacheEntryInfo:
     """Capture the frame whole; if that meets something unsupported, capture it again up to that
-    instruction and split it there (a graph break)."""
+    instruction and split it there (a graph break). A capture with symbolic sizes that fails for
+    their sake is done again with static shapes."""
     t0 = time.perf_counter()
     if code.co_flags & compat.CO_GENERATOR_LIKE:
         raise Unsupported("compiling a generator or coroutine function")
     try:
-        return _capture(ctx, code, func, f_locals, t0, None)
+        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=False)
+    except _RetryStatic as e:
+        reason = f"{type(e.__cause__).__name__}: {e.__cause__}"
+        stats.static_retries.append((where(code), reason))
+        log_recompiles.info("%s is captured with static shapes: symbolic sizes failed (%s)",
+                            where(code), reason)
+        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=True)
+
+
+def _capture_frame(ctx, code, func, f_locals, watch, t0, static) -> CacheEntryInfo:
+    try:
+        return _capture(ctx, code, func, f_locals, t0, None, static)
     except Unsupported as e:
         index = _break_index(code, e)
         if index is None or (watch is not None and watch.raised is not None):
@@ -399,7 +419,7 @@ def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> Cach
         if ctx.options.fullgraph:
             raise
         try:
-            info = _capture(ctx, code, func, f_locals, t0, index)
+            info = _capture(ctx, code, func, f_locals, t0, index, static)
         except Unsupported as cannot:
             log_breaks.debug("no graph break possible in %s (%s)", where(code), cannot.construct)
             # The frame runs as Python: say what stopped it, and why it could not be split.
@@ -428,8 +448,10 @@ def _break_index(code, e: Unsupported) -> int | None:
     return index
 
 
-def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
+def _capture(ctx, code, func, f_locals, t0, break_at, static=False) -> CacheEntryInfo:
     output = OutputGraph(ctx.options)
+    output.size_memory = ctx.sizes_seen.setdefault(code, {})
+    output.static_only = static
     output.f_globals = func.__globals__
     builtins_dict = func.__builtins__ if isinstance(func.__builtins__, dict) else vars(func.__builtins__)
     tx = Translator(output, code, func.__globals__, builtins_dict)
@@ -448,6 +470,11 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
         else:
             entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.compile_graph, label)
             new_code = make_trampoline(code, entry)
+    except Exception as e:
+        if output.shapes is not None and (isinstance(e, DynamicShapeError)
+                                          or not isinstance(e, (Unsupported, BackendError))):
+            raise _RetryStatic() from e
+        raise
     finally:
         output.restore_global_state()
         rng.restore()

@@ -14,7 +14,7 @@ import torch
 from ...errors import Unsupported
 from ..guards import any_autocast_enabled
 from .base import Value
-from .constants import ConstantValue, const
+from .constants import ConstantValue, SymNumberValue, const
 from .containers import DictValue, IteratorValue, ListValue, TupleValue
 from .numbers import NumberInputValue, as_graph_inputs
 
@@ -328,6 +328,8 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
             return tuple(seq) if isinstance(v, TupleValue) else seq
         if isinstance(v, DictValue):
             return {k: convert(x, tensor) for k, x in v.items.items()}
+        if isinstance(v, SymNumberValue):
+            return v.graph_arg()
         if isinstance(v, ConstantValue):
             return v.value
         return _meta_of_other(v)
@@ -375,9 +377,13 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     inplace = impure or _is_inplace(kind, target, kwargs)
     if not _autocast_applies(devices):
         _check_dtypes_agree(kind, target, meta_args)
+    shapes = tx.output.shapes
     try:
         if run_example is not None:
             result = run_example(convert)
+        elif shapes is not None:
+            # Symbolic sizes: every example runs on the capture's fake tensors.
+            result = run_on_fake(tx, kind, target, args, kwargs, convert)
         elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
@@ -386,6 +392,10 @@ def graph_call(tx, kind: str, target, args: list[Value], kwargs: dict[str, Value
     except Unsupported:
         raise
     except Exception as e:
+        if shapes is not None:
+            from ..shapes import DynamicShapeError
+            raise DynamicShapeError(f"{_readable(kind, target)} failed on symbolic sizes "
+                                    f"({type(e).__name__}: {_first_line(e)})") from e
         raise Unsupported(
             f"{_readable(kind, target)} failed while framejit ran it on example inputs "
             f"({type(e).__name__}: {_first_line(e)})",
@@ -526,6 +536,7 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
     as plain meta tensors."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+    shapes = tx.output.shapes
     mode = tx.output.fake_mode
     if mode is None:
         mode = tx.output.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -533,6 +544,8 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
     def fake(t):
         if not isinstance(t.example, torch.Tensor):
             return t.example  # a number input
+        if shapes is not None:
+            return shapes.fake_of(t.example, t.device)
         return FakeTensor(mode, t.example, t.device)
 
     fake_args = [convert(a, fake) for a in args]
@@ -542,6 +555,8 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
             result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
         else:
             result = target(*fake_args, **fake_kwargs)
+    if shapes is not None:
+        return result  # fake tensors with symbolic sizes stay the examples
     try:
         return _rebuild(_template(result))
     except _Uncacheable:
@@ -602,7 +617,8 @@ def wrap_op_result(tx, node, result, device) -> Value:
             return ListValue(items)
         return TupleValue(items, names=tuple(fields) if fields else None)
     if result is None or isinstance(result, (torch.dtype, torch.Size)) \
-            or (isinstance(result, (bool, int, float)) and _name_of(node.target) in _METADATA_QUERIES):
+            or (isinstance(result, (bool, int, float, torch.SymInt, torch.SymBool))
+                and _name_of(node.target) in _METADATA_QUERIES):
         # An op run for its effect (in-place) or a metadata query; the node stays if impure.
         return const(result)
     if isinstance(result, (bool, int, float)):
