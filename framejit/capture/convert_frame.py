@@ -50,6 +50,7 @@ from .values.contexts import BLOCK_EXITS, AutocastExit, GradModeExit
 log_recompiles = logging.getLogger("framejit.recompiles")
 log_breaks = logging.getLogger("framejit.graph_breaks")
 log_internal = logging.getLogger("framejit")
+log_dynamic = logging.getLogger("framejit.recompiles.dynamic")
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -404,8 +405,8 @@ def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> Cach
     except _RetryStatic as e:
         reason = f"{type(e.__cause__).__name__}: {e.__cause__}"
         stats.static_retries.append((where(code), reason))
-        log_recompiles.info("%s is captured with static shapes: symbolic sizes failed (%s)",
-                            where(code), reason)
+        log_dynamic.info("%s is captured with static shapes: symbolic sizes failed (%s)",
+                         where(code), reason)
         return _capture_frame(ctx, code, func, f_locals, watch, t0, static=True)
 
 

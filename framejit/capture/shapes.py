@@ -32,7 +32,7 @@ from ..errors import Unsupported
 from .guards import Guard
 from .sources import Source, SizeSource
 
-log = logging.getLogger("framejit.recompiles")
+log = logging.getLogger("framejit.recompiles.dynamic")
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 

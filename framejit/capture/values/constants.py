@@ -41,6 +41,10 @@ class ConstantValue(Value):
     def as_constant(self):
         return self.value
 
+    def held(self):
+        """The value as one held in a constant tuple: a symbolic size stays symbolic."""
+        return self.value
+
     def hasattr(self, tx, name):
         return hasattr(self.value, name)
 
@@ -149,6 +153,8 @@ class SymNumberValue(ConstantValue):
     def graph_arg(self):
         """What a graph operation receives: the symbol, unless already specialized."""
         return self.sym if self._fixed is None else self._fixed
+
+    held = graph_arg
 
     def python_type(self):
         return int
