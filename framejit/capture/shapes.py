@@ -265,6 +265,7 @@ class ShapeContext:
         node.meta["val"] = hint
         node.meta["source"] = source.name()
         node.meta["symbol"] = str(symbol)
+        node.meta["size_of"] = (source.base.name(), source.dim)
         output.inputs.append((source, hint, node))
         return node
 
@@ -330,8 +331,12 @@ class SizeGuard(Guard):
         names = {}
         lines = []
         for i, (symbol, source) in enumerate(self.owners.items()):
-            names[symbol] = f"___z{i}"
-            lines.append(f"___z{i} = {value_of(source)}")
+            loaded = value_of(source)  # a temporary already, unless the path is a plain name
+            if loaded.isidentifier():
+                names[symbol] = loaded
+            else:
+                names[symbol] = f"___z{i}"
+                lines.append(f"___z{i} = {loaded}")
         for rel, _ in self.relations:
             if isinstance(rel, tuple):
                 _, later, first = rel

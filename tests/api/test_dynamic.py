@@ -164,16 +164,45 @@ def test_size_arithmetic_in_views_stays_symbolic(stats):
         for a, b in zip(f(x), f.__wrapped__(x)):
             torch.testing.assert_close(a, b)
     assert stats.graphs == 1
+    # A user backend gets a graph of the tensor alone, which reads the sizes it needs from it.
     gm = backend.graphs[0]
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    assert placeholders == ["x", "x_shape_0", "x_shape_1"]  # the tensor and its sizes
+    assert placeholders == ["x"]
     example = backend.example_inputs[0]
-    assert not any(isinstance(e, torch.SymInt) for e in example)
-    assert [type(e).__name__ for e in example] == ["Tensor", "int", "int"]
-    # the graph computes the sizes it needs from the size input
+    assert [type(e) for e in example] == [torch.Tensor]
+    sizes = [n.args for n in gm.graph.nodes if n.op == "call_method" and n.target == "size"]
+    assert [a[1] for a in sizes] == [0, 1]
     targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     import operator
-    assert operator.mul in targets and operator.add in targets
+    assert operator.mul in targets and operator.add in targets and operator.floordiv in targets
+    # The native graph takes the sizes as inputs, bound by the entry function from x.shape.
+    entry = _entries(f)[0][3].entry_source
+    assert "x.shape[0]" in entry and "x.shape[1]" in entry
+
+
+def test_a_size_of_a_tensor_used_only_for_its_size(stats):
+    backend = RecordingBackend()
+
+    @framejit.compile(backend=backend, dynamic=True)
+    def f(x):
+        return torch.arange(x.shape[0]) * 2
+
+    for n in (3, 6):
+        torch.testing.assert_close(f(torch.randn(n)), torch.arange(n) * 2)
+    assert stats.graphs == 1
+    assert backend.example_inputs[0] == [3]  # the size alone: x is not an input of the graph
+
+
+def test_guard_function_checks_sizes_over_ints(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x, y):
+        return x.sum(0) + y.sum(0)
+
+    f(torch.randn(4, 3), torch.randn(4, 3))
+    src = _guard_source(f)
+    assert "x.is_contiguous()" in src and "len(___t) != 2" in src
+    assert "if not (2 <= ___v0): return False" in src
+    assert "___v0 = x.shape[0]" in src
 
 
 def test_returned_sizes_are_the_calls_sizes(stats):
