@@ -9,9 +9,9 @@ import torch
 
 from . import _C, compiler
 from .capture import convert_frame as cf
-from .compiler import make_compiler
 from .capture.shapes import DYNAMIC_MARK as _DYNAMIC_MARK
 from .capture.shapes import STATIC_MARK as _STATIC_MARK
+from .compiler import make_compiler
 from .config import make_options
 
 

@@ -29,7 +29,6 @@ from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
 from .rerun import RandomState
-from .shapes import DynamicShapeError
 from .resume import (
     ITER,
     NULL,
@@ -41,6 +40,7 @@ from .resume import (
     resume_code,
     resume_function,
 )
+from .shapes import DynamicShapeError
 from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
@@ -599,5 +599,5 @@ def reset() -> None:
     for code in list(_target_contexts):
         _touched.add(code)
     reset_stats()
-    from .values.tensor import clear_meta_memo
+    from .examples import clear_meta_memo
     clear_meta_memo()

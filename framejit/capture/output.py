@@ -24,12 +24,13 @@ from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from . import rerun as rerun_mod
+from .examples import meta_from_real
 from .guards import GuardSet
 from .resume import NativeResult
 from .side_effects import SideEffects
 from .sources import ConstNames, Source, SourceLoader
 from .values.contexts import autocast_enter, autocast_exit, autocast_state, restore_autocast_state
-from .values.tensor import TensorValue, meta_from_real
+from .values.tensor import TensorValue
 
 _entry_ids = itertools.count()
 

@@ -30,7 +30,7 @@ import torch
 
 from ..errors import Unsupported
 from .guards import Guard
-from .sources import Source, SizeSource
+from .sources import SizeSource, Source
 
 log = logging.getLogger("framejit.recompiles.dynamic")
 
@@ -288,7 +288,7 @@ class ShapeContext:
 
         for later, first in self.duck:
             relations.append((("dup", later, first), "duck sizing: equal sizes at capture share a symbol"))
-        for symbol, source in self.owners.items():
+        for symbol in self.owners:
             value = env.simplify(symbol)
             if value != symbol:
                 add(sympy.Eq(symbol, value, evaluate=False), "specialized")
