@@ -596,8 +596,10 @@ def reset() -> None:
     for code in list(_touched):
         _C.clear_code(code)
     _touched.clear()
-    for code in list(_target_contexts):
+    for code, contexts in list(_target_contexts.items()):
         _touched.add(code)
+        for ctx in list(contexts):
+            ctx.sizes_seen.clear()  # sizes seen before are forgotten too: static first again
     reset_stats()
     from .examples import clear_meta_memo
     clear_meta_memo()

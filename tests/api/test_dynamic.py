@@ -57,6 +57,19 @@ def test_mlp_over_batch_sizes(stats):
     assert stats.eager_frames == 0
 
 
+def test_reset_forgets_the_sizes_seen(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x + 1
+
+    for n in (2, 3):
+        _check(f, torch.randn(n))
+    assert _entries(f)[-1][3].guards.size_guard is not None
+    framejit.reset()
+    _check(f, torch.randn(4))
+    assert stats.graphs == 1 and _entries(f)[-1][3].guards.size_guard is None  # static again
+
+
 def test_dynamic_false_specializes_every_shape(stats):
     @framejit.compile(backend="eager", dynamic=False)
     def f(x):
