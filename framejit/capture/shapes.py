@@ -337,7 +337,8 @@ class SizeGuard(Guard):
             else:
                 names[symbol] = f"___z{i}"
                 lines.append(f"___z{i} = {loaded}")
-        for rel, _ in self.relations:
+        for (rel, _), text in zip(self.relations, self.texts()):
+            lines.append(f"# {text}")  # the relation in the user's terms, for dumps and explain
             if isinstance(rel, tuple):
                 _, later, first = rel
                 lines.append(f"if {value_of(later)} != {value_of(first)}: return False")

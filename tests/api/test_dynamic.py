@@ -216,6 +216,7 @@ def test_guard_function_checks_sizes_over_ints(stats):
     assert "x.is_contiguous()" in src and "len(___t) != 2" in src
     assert "if not (2 <= ___v0): return False" in src
     assert "___v0 = x.shape[0]" in src
+    assert "# y.shape[0] == x.shape[0]  # duck sizing: equal sizes at capture share a symbol" in src
 
 
 def test_returned_sizes_are_the_calls_sizes(stats):
