@@ -179,8 +179,8 @@ class ShapeContext:
                 return int(expr)
             return int(expr.xreplace(self.env.backed_var_to_val))
         if isinstance(v, (tuple, list, torch.Size)):
-            return type(v)(self.hint(x) for x in v) if not isinstance(v, torch.Size) \
-                else torch.Size([self.hint(x) for x in v])
+            items = [self.hint(x) for x in v]
+            return torch.Size(items) if isinstance(v, torch.Size) else type(v)(items)
         return v
 
     def concrete(self, v):

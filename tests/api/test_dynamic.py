@@ -224,12 +224,18 @@ def test_returned_sizes_are_the_calls_sizes(stats):
     def f(x):
         return x.shape[0] * 2 + 1, x.size(), x.sum()
 
+    @framejit.compile(backend="eager", dynamic=True)
+    def g(x):
+        return ((x.shape[0], (x.shape[1] - 1, 2)), x.shape[1:]), x * 2
+
     for n in (3, 8):
         x = torch.randn(n, 5)
         r = f(x)
         assert r[0] == n * 2 + 1 and r[1] == torch.Size([n, 5])
         assert type(r[0]) is int and type(r[1]) is torch.Size
-    assert stats.graphs == 1
+        x = torch.randn(n + 1, n)
+        assert g(x)[0] == ((n + 1, (n - 1, 2)), torch.Size([n]))
+    assert stats.graphs == 2
 
 
 def test_range_over_a_size_specializes(stats):

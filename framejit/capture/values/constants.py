@@ -120,7 +120,7 @@ _SYM_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def _has_sym(v) -> bool:
-    return any(isinstance(x, _SYM_NUMBERS) for x in v)
+    return any(isinstance(x, _SYM_NUMBERS) or (type(x) in _SIZED and _has_sym(x)) for x in v)
 
 
 _SIZE_ARITHMETIC = {
