@@ -238,6 +238,17 @@ def test_returned_sizes_are_the_calls_sizes(stats):
     assert stats.graphs == 2
 
 
+def test_a_shape_formatted_into_text_is_the_calls_shape(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x + 1, f"{x.shape}", str(x.shape[1:]), "%d rows" % x.shape[0]  # noqa: UP031
+
+    for n in (3, 4):
+        x = torch.randn(n, 5)
+        assert f(x)[1:] == (f"{x.shape}", str(x.shape[1:]), f"{n} rows")
+    assert stats.graphs == 2  # the text depends on the sizes: specialized
+
+
 def test_range_over_a_size_specializes(stats):
     @framejit.compile(backend="eager", dynamic=True)
     def f(x):

@@ -39,10 +39,16 @@ class ConstantValue(Value):
         return True
 
     def as_constant(self):
-        return self.value
+        value = self.value
+        if type(value) in _SIZED and _has_sym(value):
+            # A shape with symbolic sizes used as a plain Python value (formatted, hashed, passed
+            # to a Python function): the sizes it had, each guarded.
+            return _concrete(value)
+        return value
 
     def held(self):
-        """The value as one held in a constant tuple: a symbolic size stays symbolic."""
+        """The value as an operand of folded arithmetic or a constant tuple: symbolic sizes
+        stay symbolic."""
         return self.value
 
     def hasattr(self, tx, name):
@@ -117,6 +123,13 @@ class ConstantValue(Value):
 
 _SIZED = (torch.Size, tuple, list)
 _SYM_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _concrete(v):
+    items = [int(x) if type(x) is torch.SymInt else _concrete(x) if type(x) in _SIZED else
+             x if type(x) not in _SYM_NUMBERS else (bool(x) if type(x) is torch.SymBool else float(x))
+             for x in v]
+    return torch.Size(items) if type(v) is torch.Size else type(v)(items)
 
 
 def _has_sym(v) -> bool:
