@@ -129,7 +129,7 @@ def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None, max: int | N
     """
     dim = _dim_index(t, dim)
     dims = dict(getattr(t, _DYNAMIC_MARK, {}))
-    dims[dim] = None if min is None and max is None else (min, max)
+    dims[dim] = (min, max)
     setattr(t, _DYNAMIC_MARK, dims)
 
 

@@ -50,7 +50,7 @@ STATIC_MARK = "_framejit_static_dims"
 
 
 def dynamic_dims(dynamic, seen: dict | None, tensor: torch.Tensor, source: Source) -> dict:
-    """``{dim: (min, max) or None}``: the dimensions of ``tensor`` (read from ``source``) to
+    """``{dim: (min, max) or None}`` (a range for marked dimensions): the dimensions of ``tensor`` (read from ``source``) to
     capture as symbols. ``seen`` (source key -> sizes, None where a size changed) is the
     frame's memory for automatic dynamic shapes; it is updated here, and a dimension seen
     changing for the first time is logged (``x.shape[0] is now dynamic: 4 → 5``)."""
@@ -82,26 +82,35 @@ def dynamic_dims(dynamic, seen: dict | None, tensor: torch.Tensor, source: Sourc
 
 # -- one capture's symbols ---------------------------------------------------------------------------
 
+_torch_source_type = None
+
+
 def _torch_source(text: str):
-    import torch._guards as tg
+    """The source object torch's ShapeEnv wants for a new symbol (it only names the symbol in
+    torch's own logs; framejit keeps its own sources)."""
+    global _torch_source_type
+    if _torch_source_type is None:
+        import torch._guards as tg
 
-    class FramejitSizeSource(tg.Source):
-        __slots__ = ()
+        class FramejitSizeSource(tg.Source):
+            def __init__(self, text):
+                self.text = text
 
-        @property
-        def name(self):  # torch >= 2.10 reads it as an attribute
-            return text
+            @property
+            def name(self):  # torch 2.13 reads it as an attribute
+                return self.text
 
-        def guard_source(self):
-            return tg.GuardSource.LOCAL
+            def guard_source(self):
+                return tg.GuardSource.LOCAL
 
-        def __hash__(self):
-            return hash(text)
+            def __hash__(self):
+                return hash(self.text)
 
-        def __eq__(self, other):
-            return type(other) is type(self) and other.name == text
+            def __eq__(self, other):
+                return type(other) is type(self) and other.text == self.text
 
-    return FramejitSizeSource()
+        _torch_source_type = FramejitSizeSource
+    return _torch_source_type(text)
 
 
 class ShapeContext:
@@ -120,7 +129,6 @@ class ShapeContext:
         self.duck: list[tuple[SizeSource, SizeSource]] = []
         #: expression -> graph node (or int), while sizes are turned into nodes
         self._nodes: dict = {}
-        self._placeholders: list = []
 
     # -- inputs -------------------------------------------------------------------------------
     def fake_input(self, tensor: torch.Tensor, source: Source, dims: dict):
@@ -137,10 +145,11 @@ class ShapeContext:
                 continue
             size_source = SizeSource(source, d)
             bounds = dims[d]
+            # Marked dimensions get their own symbol; others share one with an equal size.
             kind = DimDynamic.DUCK if bounds is None else DimDynamic.DYNAMIC
             origin = _torch_source(size_source.name())
             expr = self.env.create_symbol(int(n), origin, kind)
-            if bounds is not None:
+            if bounds is not None and bounds != (None, None):
                 lo, hi = bounds
                 self.env.constrain_symbol_range(expr, compiler_min=max(2, lo if lo is not None else 2),
                                                 compiler_max=hi if hi is not None else int(2**63 - 1))
@@ -474,8 +483,6 @@ def _has_sym(v) -> bool:
         return any(_has_sym(x) for x in v.values())
     return False
 
-
-has_sym = _has_sym
 
 
 def context_of(v):

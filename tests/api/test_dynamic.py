@@ -134,6 +134,21 @@ def test_mark_dynamic_one_graph_over_five_sizes(stats):
     assert stats.recompiles == 0
 
 
+def test_marked_dimensions_get_their_own_symbols(stats):
+    @framejit.compile(backend="eager")
+    def f(x, y):
+        return x.sum() + y.sum()
+
+    for n, m in ((4, 4), (5, 7), (9, 3)):
+        x, y = torch.randn(n), torch.randn(m)
+        framejit.mark_dynamic(x, 0)
+        framejit.mark_dynamic(y, 0)
+        _check(f, x, y)
+    assert stats.graphs == 1  # no duck sizing between marked sizes: 4 and 4 were not tied
+    assert _size_guard_texts(f) == ["2 <= x.shape[0]  # 0/1 specialization",
+                                    "2 <= y.shape[0]  # 0/1 specialization"]
+
+
 def test_mark_dynamic_with_range_guards_the_range(stats):
     @framejit.compile(backend="eager")
     def f(x):
