@@ -10,7 +10,7 @@
 """
 
 from . import _C  # noqa: F401  (fails with a clear message on unsupported Pythons)
-from .api import CompiledModule, compile, disable, reset, set_logs, stats
+from .api import CompiledModule, compile, disable, mark_dynamic, mark_static, reset, set_logs, stats
 from .backends.registry import list_backends, register_backend
 from .debug.explain import ExplainReport, explain
 from .dynamo_backend import _register_at_import, register_torch_compile_backend
@@ -22,7 +22,7 @@ from .errors import BackendError, FramejitError, GraphBreakError, InternalError
 _register_at_import()
 
 __all__ = [
-    "compile", "disable", "reset", "stats", "set_logs", "explain", "ExplainReport", "register_backend", "list_backends", "CompiledModule",
+    "compile", "disable", "mark_dynamic", "mark_static", "reset", "stats", "set_logs", "explain", "ExplainReport", "register_backend", "list_backends", "CompiledModule",
     "FramejitError", "GraphBreakError", "BackendError", "InternalError",
     "register_torch_compile_backend",
 ]

@@ -10,6 +10,8 @@ import torch
 
 from . import _C, compiler, record
 from .capture import convert_frame as cf
+from .capture.shapes import DYNAMIC_MARK as _DYNAMIC_MARK
+from .capture.shapes import STATIC_MARK as _STATIC_MARK
 from .compiler import make_compiler
 from .config import make_options
 from .debug import dump, logs
@@ -35,17 +37,19 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
     ``backend`` is a registered name (``"eager"``, ``"default"``) or any callable
     ``(torch.fx.GraphModule, example_inputs) -> callable``, as for torch.compile.
     With ``fullgraph=True``, anything that cannot be captured raises :class:`GraphBreakError`
-    instead of running as plain Python. ``dynamic`` is accepted for compatibility; only static
-    shapes are supported yet (``dynamic=True`` raises), so each new input shape recompiles.
+    instead of running as plain Python.
+
+    ``dynamic`` chooses which input sizes are symbolic: ``None`` (the default) compiles for the
+    sizes of the first call, and when a later call differs only in some sizes, compiles once more
+    with those dimensions symbolic (logged by the ``framejit.recompiles`` logger); ``True`` makes
+    every dimension of every input symbolic from the first call; ``False`` never does. Sizes 0
+    and 1 always stay fixed. See also :func:`mark_dynamic` and :func:`mark_static`.
     """
     if fn_or_module is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                  options=options)
-    if dynamic:
-        raise NotImplementedError(
-            "framejit.compile(dynamic=True): dynamic shapes are not supported yet; every new input "
-            "shape compiles its own version (up to recompile_limit). Use dynamic=None or False."
-        )
+    if dynamic not in (None, True, False):
+        raise TypeError(f"framejit.compile(dynamic=...) takes None, True or False, got {dynamic!r}")
     opts = make_options(fullgraph=fullgraph, dynamic=dynamic, overrides=options)
     compile_graph = make_compiler(backend)  # an unknown backend name fails here
     if isinstance(fn_or_module, torch.nn.Module):
@@ -139,6 +143,35 @@ class CompiledModule(torch.nn.Module):
 
     def __repr__(self):
         return f"framejit.compile({self._orig_mod!r})"
+
+
+def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None, max: int | None = None) -> None:
+    """Compile with the size of dimension ``dim`` of ``t`` symbolic from the first call, within
+    ``[min, max]`` when given (sizes 0 and 1 stay fixed)::
+
+        x = torch.randn(8, 16)
+        framejit.mark_dynamic(x, 0)
+        f(x)   # one graph for every x.shape[0] >= 2
+    """
+    dim = _dim_index(t, dim)
+    dims = dict(getattr(t, _DYNAMIC_MARK, {}))
+    dims[dim] = (min, max)
+    setattr(t, _DYNAMIC_MARK, dims)
+
+
+def mark_static(t: torch.Tensor, dim: int) -> None:
+    """Keep the size of dimension ``dim`` of ``t`` fixed, whatever ``dynamic`` says (a new size
+    then compiles a new version)."""
+    dim = _dim_index(t, dim)
+    setattr(t, _STATIC_MARK, frozenset(getattr(t, _STATIC_MARK, frozenset())) | {dim})
+
+
+def _dim_index(t: torch.Tensor, dim: int) -> int:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(t).__name__}")
+    if not -t.dim() <= dim < t.dim():
+        raise IndexError(f"dimension {dim} is out of range for a tensor of {t.dim()} dimensions")
+    return dim % t.dim()
 
 
 def disable(fn=None):

@@ -27,7 +27,8 @@ class Options:
     dump_dir: str | None = None
     #: Raise instead of falling back when the function cannot be captured whole.
     fullgraph: bool = False
-    #: Shape dynamism (None/False: static shapes; True is not supported yet and is refused).
+    #: Symbolic sizes: None = static first, then symbolic where sizes change; True = every
+    #: input dimension symbolic; False = always static (see framejit.compile).
     dynamic: bool | None = None
     #: Inline depth limit for nested Python calls.
     max_inline_depth: int = 64

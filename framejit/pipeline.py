@@ -23,7 +23,7 @@ import networkx as nx
 import torch
 
 from . import _C, record
-from .fx_ir import Graph, GraphModule, Node
+from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
@@ -65,6 +65,8 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     ``kernels.c_runtime.CLauncher``, ``kernels.reference.ReferenceLauncher`` to run the
     descriptions in torch (tests), or a mapping from device type to one of them
     (``{"cpu": CLauncher, "cuda": Launcher}``)."""
+    if has_symbolic_sizes(gm.graph):
+        return gm.forward_fn  # kernels are generated for fixed sizes only (yet): run eagerly
     if isinstance(launcher, Mapping):
         by_device = dict(launcher)
         launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731

@@ -234,6 +234,7 @@ class Stats:
     eager_frames: int = 0    # frames that fell back to plain Python
     fallback_reasons: list = field(default_factory=list)   # (function, message)
     recompile_reasons: list = field(default_factory=list)  # (function, message)
+    static_retries: list = field(default_factory=list)     # (function, why symbolic sizes failed)
     capture_seconds: float = 0.0
     kernels: int = 0         # kernels generated
     kernel_seconds: float = 0.0  # generating and compiling them

@@ -117,15 +117,61 @@ def compile_graph(
     value that is not callable raises TypeError naming the backend.
     """
     record = lookup_backend(backend)
-    graph_module = gm if record.native else to_torch_fx(gm)
-    compiled = record.fn(graph_module, list(example_inputs))
+    example_inputs = list(example_inputs)
+    kept = None
+    if record.native:
+        graph_module = gm
+    else:
+        graph_module, kept = _sizes_from_tensors(gm, to_torch_fx(gm))
+        if kept is not None:
+            example_inputs = [example_inputs[i] for i in kept]
+    compiled = record.fn(graph_module, example_inputs)
     if not callable(compiled):
         raise TypeError(
             f"backend {record.name!r} returned {_describe(compiled)}, which is not callable. "
             f"A backend must return a function taking the graph's inputs "
             f"(e.g. `return gm.forward`)."
         )
+    if kept is not None:
+        return _taking(compiled, kept)
     return compiled
+
+
+def _sizes_from_tensors(gm: GraphModule, fx_gm: Any) -> tuple[Any, list[int] | None]:
+    """A graph captured with symbolic sizes takes each size as an int input, bound from a
+    tensor input's size by the caller. A user backend gets instead a graph that reads those
+    sizes from its tensor inputs (``x.size(0)``), so it sees which sizes vary and how they relate
+    (a backend written for torch.compile expects no int inputs beside the tensors). Returns the
+    graph and the positions of the inputs it keeps (None when nothing changed)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = {n.meta.get("source"): i for i, n in enumerate(placeholders) if "size_of" not in n.meta}
+    plan = {}
+    for i, n in enumerate(placeholders):
+        size_of = n.meta.get("size_of")
+        if size_of is not None and size_of[0] in tensors:
+            plan[i] = (tensors[size_of[0]], size_of[1])
+    if not plan:
+        return fx_gm, None
+    graph = fx_gm.graph
+    fx_placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    anchor = next(n for n in graph.nodes if n.op != "placeholder")
+    for i, (t, dim) in plan.items():
+        with graph.inserting_before(anchor):
+            size = graph.call_method("size", (fx_placeholders[t], dim))
+        size.meta.update(fx_placeholders[i].meta)
+        fx_placeholders[i].replace_all_uses_with(size)
+        graph.erase_node(fx_placeholders[i])
+    fx_gm.recompile()
+    return fx_gm, [i for i in range(len(placeholders)) if i not in plan]
+
+
+def _taking(compiled: Callable[..., Any], kept: list[int]) -> Callable[..., Any]:
+    """``compiled`` called with the inputs at positions ``kept`` of the graph's inputs."""
+
+    def call(*args):
+        return compiled(*[args[i] for i in kept])
+
+    return call
 
 
 def _describe(obj: Any) -> str:

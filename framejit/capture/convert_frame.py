@@ -41,6 +41,7 @@ from .resume import (
     resume_code,
     resume_function,
 )
+from .shapes import DynamicShapeError
 from .sources import FreeVarSource, free_param
 from .values.base import NULL as NULL_VALUE
 from .values.builder import _LIBRARY_ROOTS
@@ -48,6 +49,7 @@ from .values.containers import IteratorValue, ListValue
 from .values.contexts import BLOCK_EXITS, AutocastExit, GradModeExit
 
 log_internal = logging.getLogger("framejit")
+log_dynamic = logging.getLogger("framejit.recompiles.dynamic")
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -76,6 +78,8 @@ class CompileContext:
     warned_limit: set = field(default_factory=set)
     #: The code objects holding cache entries of this context (see release()).
     entry_codes: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    #: code -> the sizes of its tensor inputs seen so far, by source (automatic dynamic shapes)
+    sizes_seen: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
 
 @dataclass
@@ -408,14 +412,30 @@ def mine_entries(code, ctx):
     return [e for e in _C.get_cache_entries(code) if e[2] is ctx.callback]
 
 
+class _RetryStatic(Exception):
+    """A capture with symbolic sizes met what it cannot express: capture with static shapes."""
+
+
 def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> CacheEntryInfo:
     """Capture the frame whole; if that meets something unsupported, capture it again up to that
-    instruction and split it there (a graph break)."""
+    instruction and split it there (a graph break). A capture with symbolic sizes that fails for
+    their sake is done again with static shapes."""
     t0 = time.perf_counter()
     if code.co_flags & compat.CO_GENERATOR_LIKE:
         raise Unsupported("compiling a generator or coroutine function")
     try:
-        return _capture(ctx, code, func, f_locals, t0, None)
+        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=False)
+    except _RetryStatic as e:
+        reason = f"{type(e.__cause__).__name__}: {e.__cause__}"
+        stats.static_retries.append((where(code), reason))
+        log_dynamic.info("%s is captured with static shapes: symbolic sizes failed (%s)",
+                         where(code), reason)
+        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=True)
+
+
+def _capture_frame(ctx, code, func, f_locals, watch, t0, static) -> CacheEntryInfo:
+    try:
+        return _capture(ctx, code, func, f_locals, t0, None, static)
     except Unsupported as e:
         index = _break_index(code, e)
         if index is None or (watch is not None and watch.raised is not None):
@@ -423,7 +443,7 @@ def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> Cach
         if ctx.options.fullgraph:
             raise
         try:
-            info = _capture(ctx, code, func, f_locals, t0, index)
+            info = _capture(ctx, code, func, f_locals, t0, index, static)
         except Unsupported as cannot:
             # The frame runs as Python: say what stopped it, and why it could not be split.
             e.construct = f"{e.construct}; the frame cannot be split there: {cannot.construct}"
@@ -449,8 +469,10 @@ def _break_index(code, e: Unsupported) -> int | None:
     return index
 
 
-def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
+def _capture(ctx, code, func, f_locals, t0, break_at, static=False) -> CacheEntryInfo:
     output = OutputGraph(ctx.options)
+    output.size_memory = ctx.sizes_seen.setdefault(code, {})
+    output.static_only = static
     output.f_globals = func.__globals__
     builtins_dict = func.__builtins__ if isinstance(func.__builtins__, dict) else vars(func.__builtins__)
     tx = Translator(output, code, func.__globals__, builtins_dict)
@@ -470,6 +492,11 @@ def _capture(ctx, code, func, f_locals, t0, break_at) -> CacheEntryInfo:
             entry, entry_src, gm, compiled = output.compile_entry([ret], code, ctx.compile_graph, label)
             new_code = make_trampoline(code, entry)
             frame_break = None
+    except Exception as e:
+        if output.shapes is not None and (isinstance(e, DynamicShapeError)
+                                          or not isinstance(e, (Unsupported, BackendError))):
+            raise _RetryStatic() from e
+        raise
     finally:
         output.restore_global_state()
         rng.restore()
@@ -583,8 +610,10 @@ def reset() -> None:
     for code in list(_touched):
         _C.clear_code(code)
     _touched.clear()
-    for code in list(_target_contexts):
+    for code, contexts in list(_target_contexts.items()):
         _touched.add(code)
+        for ctx in list(contexts):
+            ctx.sizes_seen.clear()  # sizes seen before are forgotten too: static first again
     record.reset()
-    from .values.tensor import clear_meta_memo
+    from .examples import clear_meta_memo
     clear_meta_memo()

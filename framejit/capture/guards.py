@@ -348,6 +348,47 @@ class TensorGuard(Guard):
         return None
 
 
+class DynamicTensorGuard(TensorGuard):
+    """A tensor with symbolic sizes: everything :class:`TensorGuard` checks except the sizes of
+    the ``dynamic`` dimensions (relations between sizes are the :class:`SizeGuard`'s), and
+    contiguity instead of exact strides (the symbolic strides are the contiguous ones)."""
+
+    def __init__(self, source: Source, t: torch.Tensor, dynamic):
+        super().__init__(source, t)
+        self.dynamic = frozenset(dynamic)
+
+    def code(self, v, names):
+        static = "".join(f" or ___t[{i}] != {n}" for i, n in enumerate(self.shape) if i not in self.dynamic)
+        return [
+            f"if type({v}) is not {names(self.typ)} or {v}.dtype is not {names(self.dtype)}"
+            f" or {v}.requires_grad is not {self.requires_grad!r}"
+            f" or {v}.device != {names(self.device)} or not {v}.is_contiguous(): return False",
+            f"___t = {v}.shape",
+            f"if len(___t) != {len(self.shape)}{static}: return False",
+        ]
+
+    def reason(self, value):
+        n = self.source.name()
+        if type(value) is not self.typ:
+            return f"type({n}): {self.typ.__name__} → {type(value).__name__}"
+        if value.dtype is not self.dtype:
+            return f"{n}.dtype: {self.dtype} → {value.dtype}"
+        if value.device != self.device:
+            return f"{n}.device: {self.device} → {value.device}"
+        shape = tuple(value.shape)
+        if len(shape) != len(self.shape):
+            return f"{n}.ndim: {len(self.shape)} → {len(shape)}"
+        dims = [f"{n}.shape[{i}]: {a} → {b}" for i, (a, b) in enumerate(zip(self.shape, shape))
+                if a != b and i not in self.dynamic]
+        if dims:
+            return ", ".join(dims)
+        if not value.is_contiguous():
+            return f"{n} is no longer contiguous (its sizes are dynamic, its strides must follow them)"
+        if value.requires_grad is not self.requires_grad:
+            return f"{n}.requires_grad: {self.requires_grad} → {value.requires_grad}"
+        return None
+
+
 @dataclass
 class GuardSet:
     """The guards of one cache entry, and the global state captured with them."""
@@ -357,6 +398,8 @@ class GuardSet:
 
     #: Set once a module's forward is inlined: global module hooks must then stay absent.
     check_global_hooks: bool = False
+    #: The relations between symbolic input sizes (shapes.SizeGuard), checked last.
+    size_guard: object = None
 
     def add(self, guard: Guard) -> None:
         if isinstance(guard, NoHooksGuard):
@@ -393,6 +436,8 @@ class GuardSet:
                 lines.extend(guard.code_n([value_of(s) for s in guard.sources]))
             else:
                 lines.extend(guard.code(value_of(guard.source), names))
+        if self.size_guard is not None:
+            lines.extend(self.size_guard.code_with(value_of))
         body = "\n        ".join(lines)
         src = (
             f"def {fn_name}({', '.join(argnames)}):\n"
@@ -442,6 +487,13 @@ class GuardSet:
                 reason = guard.reason2(value, other) if isinstance(guard, AliasGuard) else guard.reason(value)
             if reason is not None:
                 return reason
+        if self.size_guard is not None:
+            def read(source):
+                return eval(source.expr(names), names.namespace, dict(f_locals))
+            try:
+                return self.size_guard.reason_with(read)
+            except Exception as e:
+                return f"an input size can no longer be read ({type(e).__name__}: {e})"
         return None
 
 

@@ -21,7 +21,7 @@ from . import compat
 from .sources import ClosureCellSource, LocalSource
 from .values.base import Value
 from .values.builder import wrap, wrap_sourceless
-from .values.constants import NONE, const
+from .values.constants import NONE, ConstantValue, const
 from .values.containers import TupleValue
 from .values.exceptions import PythonRaise
 from .values.functions import unwrap_torch_disabled
@@ -349,7 +349,8 @@ class Translator:
         if any(isinstance(a, TensorValue) for a in args):
             return graph_call(self, "call_function", fn, list(args), {})
         if all(a.is_constant() for a in args):
-            consts = [a.as_constant() for a in args]
+            # (held(): arithmetic and concatenation keep symbolic sizes symbolic)
+            consts = [a.held() if isinstance(a, ConstantValue) else a.as_constant() for a in args]
             try:
                 return wrap_sourceless(self, fn(*consts))
             except Exception as e:

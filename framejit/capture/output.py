@@ -24,12 +24,13 @@ from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from . import rerun as rerun_mod
+from .examples import meta_from_real
 from .guards import GuardSet
 from .resume import NativeResult
 from .side_effects import SideEffects
 from .sources import ConstNames, Source, SourceLoader
 from .values.contexts import autocast_enter, autocast_exit, autocast_state, restore_autocast_state
-from .values.tensor import TensorValue, meta_from_real
+from .values.tensor import TensorValue
 
 _entry_ids = itertools.count()
 
@@ -71,6 +72,12 @@ class OutputGraph:
         self.outside_autocast_exits: list = []
         #: Fake tensors for ops under autocast (created on first use).
         self.fake_mode = None
+        #: The symbolic sizes of this capture (shapes.ShapeContext), once an input has one.
+        self.shapes = None
+        #: The frame's sizes seen so far (automatic dynamic shapes, see shapes.dynamic_dims);
+        #: None, or with ``static_only``, keeps every size static.
+        self.size_memory: dict | None = None
+        self.static_only = False
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
         #: id of a globals dict -> (the dict, names the frame read from builtins through it)
@@ -147,7 +154,7 @@ class OutputGraph:
         return None
 
     def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:
-        from .guards import TensorGuard
+        from .guards import DynamicTensorGuard, TensorGuard
 
         name = _identifier(source.name())
         anchor = self._first_non_placeholder()
@@ -156,15 +163,38 @@ class OutputGraph:
                 node = self.graph.placeholder(name)
         else:
             node = self.graph.placeholder(name)
-        node.meta["val"] = meta_from_real(tensor)
+        fake = self._symbolic_example(tensor, source)
+        if fake is not None:
+            node.meta["val"] = fake
+            dims = tuple(d for d, n in enumerate(fake.shape) if isinstance(n, torch.SymInt))
+            node.meta["dynamic_dims"] = dims
+            self.guards.add(DynamicTensorGuard(source, tensor, dims))
+        else:
+            node.meta["val"] = meta_from_real(tensor)
+            self.guards.add(TensorGuard(source, tensor))
         node.meta["device"] = tensor.device
         node.meta["type"] = type(tensor)
         node.meta["source"] = source.name()
         node.meta["is_leaf"] = tensor.is_leaf
-        self.guards.add(TensorGuard(source, tensor))
         self.inputs.append((source, tensor, node))
         self._real_inputs[node] = tensor
         return TensorValue(node, source)
+
+    def _symbolic_example(self, tensor: torch.Tensor, source: Source):
+        """A fake example with symbolic sizes for an input whose sizes are dynamic, else None."""
+        from .shapes import ShapeContext, dynamic_dims
+
+        if self.static_only:
+            return None
+        dims = dynamic_dims(self.options.dynamic, self.size_memory, tensor, source)
+        if not dims:
+            return None
+        if self.shapes is None:
+            if self.fake_mode is not None:
+                return None  # examples already run on fake tensors without symbols (autocast)
+            self.shapes = ShapeContext()
+            self.fake_mode = self.shapes.mode
+        return self.shapes.fake_input(tensor, source, dims)
 
     def real_input(self, t: TensorValue):
         """The real tensor behind a graph input read from outside (None for other tensors)."""
@@ -225,6 +255,8 @@ class OutputGraph:
         rerun_call = None
         if has_graph:
             graph.output(tuple(cg.graph_outputs))
+            if self.shapes is not None:
+                self.shapes.finish_graph(self)
             _keep_unused_operations(graph)
             graph.eliminate_dead_code()
             self._prune_unused_inputs()
@@ -279,6 +311,8 @@ class OutputGraph:
                          f"    if {cg.const_name(rerun_mod.raised_by_signal_handler)}(___err): raise",
                          *undo, "else:"]
             lines.extend(calls)
+        if self.shapes is not None:
+            self.guards.size_guard = self.shapes.guard()
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
         # writes to the world outside, in the order the function made them.
         tail = [*cg.post_lines, *replay, f"return {ret}"]

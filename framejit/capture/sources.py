@@ -251,6 +251,23 @@ class ItemSource(Source):
         return f"{self.base.name()}[{self.index!r}]"
 
 
+class SizeSource(Source):
+    """``base.shape[dim]``: one size of the tensor at ``base`` (a symbolic size's origin)."""
+
+    __slots__ = ("base", "dim")
+
+    def __init__(self, base: Source, dim: int):
+        self.base = base
+        self.dim = dim
+        self.key = ("S", base.key, dim)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.shape[{self.dim}]"
+
+    def name(self):
+        return f"{self.base.name()}.shape[{self.dim}]"
+
+
 class _KeyedSource(Source):
     """``base`` with ``index``, itself an object read from a source, as a key."""
 

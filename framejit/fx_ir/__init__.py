@@ -19,7 +19,7 @@ from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
-from .meta import MetaPropagationError, describe, propagate_meta, to_meta
+from .meta import MetaPropagationError, describe, has_symbolic_sizes, propagate_meta, to_meta
 from .node import OPS, Node, map_aggregate, map_arg
 from .to_torch import to_torch_fx
 
@@ -34,6 +34,7 @@ __all__ = [
     "PythonCode",
     "UnsupportedGraphError",
     "describe",
+    "has_symbolic_sizes",
     "map_aggregate",
     "map_arg",
     "propagate_meta",

@@ -58,6 +58,14 @@ class MetaPropagationError(RuntimeError):
     """
 
 
+def has_symbolic_sizes(graph: Any) -> bool:
+    """Whether ``graph`` was captured with symbolic sizes: some input tensor's dimensions
+    (``meta["dynamic_dims"]``) or input sizes (``meta["symbol"]``) vary from call to call, so
+    the ``meta["val"]`` shapes are only the sizes seen at capture."""
+    return any(n.op == "placeholder" and ("dynamic_dims" in n.meta or "symbol" in n.meta)
+               for n in graph.nodes)
+
+
 def dtype_abbr(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``f32``; an unknown dtype prints as its name."""
     return DTYPE_ABBREVIATIONS.get(dtype, str(dtype).removeprefix("torch."))

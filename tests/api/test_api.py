@@ -82,16 +82,13 @@ def test_non_callable_raises_type_error():
         framejit.compile("not a function")
 
 
-def test_dynamic_true_is_refused_clearly():
-    with pytest.raises(NotImplementedError) as info:
-        framejit.compile(affine, dynamic=True)
-    message = str(info.value)
-    assert "dynamic=True" in message and "not supported" in message
-    with pytest.raises(NotImplementedError):
-        framejit.compile(dynamic=True)(affine)
-    # dynamic=None and dynamic=False are accepted.
-    framejit.compile(affine, dynamic=False)
-    framejit.compile(affine, dynamic=None)
+def test_dynamic_takes_none_true_or_false():
+    for dynamic in (None, True, False):
+        framejit.compile(affine, dynamic=dynamic)
+        framejit.compile(dynamic=dynamic)(affine)
+    with pytest.raises(TypeError) as info:
+        framejit.compile(affine, dynamic="auto")
+    assert "dynamic=" in str(info.value) and "'auto'" in str(info.value)
 
 
 def test_unknown_option_is_refused():

@@ -320,7 +320,8 @@ def test_device_guard_without_a_second_device():
 
 def test_recompile_limit_falls_back_with_one_warning(stats, log):
     backend = RecordingBackend()
-    compiled = framejit.compile(double, backend=backend, options={"recompile_limit": 3})
+    # dynamic=False: each size is its own version (automatic dynamic shapes would make one).
+    compiled = framejit.compile(double, backend=backend, dynamic=False, options={"recompile_limit": 3})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 7):
@@ -343,7 +344,7 @@ def test_recompile_limit_falls_back_with_one_warning(stats, log):
 
 
 def test_default_recompile_limit_is_eight(stats):
-    compiled = framejit.compile(double)
+    compiled = framejit.compile(double, dynamic=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 11):

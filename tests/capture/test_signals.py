@@ -10,7 +10,7 @@ import torch
 
 import framejit
 from framejit import _C
-from framejit.capture.values import tensor as tensor_values
+from framejit.capture import examples as example_engine
 
 
 class Timeout(Exception):
@@ -78,7 +78,7 @@ def test_timer_during_a_long_capture_propagates(alarm, stats):
 def test_handler_exception_turned_into_a_fallback_inside_capture_propagates(alarm, stats, monkeypatch):
     """The signal arrives while framejit runs an op on meta tensors, inside a `try` that turns
     any error there into "the frame runs as plain Python"."""
-    run = tensor_values._run_on_meta_retrying_foreach
+    run = example_engine._run_on_meta_retrying_foreach
     calls = []
 
     def run_with_signal(*args, **kwargs):
@@ -87,7 +87,7 @@ def test_handler_exception_turned_into_a_fallback_inside_capture_propagates(alar
             signal.raise_signal(signal.SIGALRM)
         return run(*args, **kwargs)
 
-    monkeypatch.setattr(tensor_values, "_run_on_meta_retrying_foreach", run_with_signal)
+    monkeypatch.setattr(example_engine, "_run_on_meta_retrying_foreach", run_with_signal)
 
     def f(x):
         return (x.sin() + 1).cos() * 2

@@ -15,7 +15,7 @@ from ..values.pycollections import SetValue
 def build_tuple(tx, inst):
     items = tx.popn(inst.arg)
     if all(isinstance(v, ConstantValue) for v in items):
-        tx.push(const(tuple(v.value for v in items)))
+        tx.push(const(tuple(v.held() for v in items)))
     else:
         tx.push(TupleValue(items))
 

@@ -22,9 +22,10 @@ import types
 import torch
 
 from ...errors import Unsupported
+from ..examples import run_on_fake
 from .base import Value
 from .functions import _has_tensor
-from .tensor import graph_call, run_on_fake
+from .tensor import graph_call
 
 _FUNCTION_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
 

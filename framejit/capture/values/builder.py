@@ -27,7 +27,7 @@ from ..sources import ItemSource, Source
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import Value
 from .builtins import BuiltinValue, is_known_callable
-from .constants import ConstantValue
+from .constants import ConstantValue, const
 from .containers import DictValue, ListValue, TupleValue
 from .contexts import (
     AutocastRestore,
@@ -254,6 +254,8 @@ def wrap_sourceless(tx, obj) -> Value:
         return tx.output.add_constant_tensor(obj)
     if _is_constant(obj):
         return ConstantValue(obj)
+    if isinstance(obj, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return const(obj)
     if isinstance(obj, nn.Module):
         raise Unsupported(f"using the {type(obj).__name__} module {obj!r:.40}, which framejit cannot reach from an argument or global")
     t = type(obj)

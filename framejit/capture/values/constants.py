@@ -9,7 +9,10 @@ are used.
 from __future__ import annotations
 
 import inspect
+import operator
 import types
+
+import torch
 
 from ...errors import Unsupported
 from .base import Value
@@ -36,6 +39,16 @@ class ConstantValue(Value):
         return True
 
     def as_constant(self):
+        value = self.value
+        if type(value) in _SIZED and _has_sym(value):
+            # A shape with symbolic sizes used as a plain Python value (formatted, hashed, passed
+            # to a Python function): the sizes it had, each guarded.
+            return _concrete(value)
+        return value
+
+    def held(self):
+        """The value as an operand of folded arithmetic or a constant tuple: symbolic sizes
+        stay symbolic."""
         return self.value
 
     def hasattr(self, tx, name):
@@ -102,7 +115,90 @@ class ConstantValue(Value):
         return wrap_sourceless(tx, attr)
 
     def reconstruct(self, cg):
+        if type(self.value) in _SIZED and _has_sym(self.value):
+            from ..shapes import reconstruct_sizes
+            return reconstruct_sizes(cg, self.value)
         return cg.literal(self.value)
+
+
+_SIZED = (torch.Size, tuple, list)
+_SYM_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _concrete(v):
+    items = [int(x) if type(x) is torch.SymInt else _concrete(x) if type(x) in _SIZED else
+             x if type(x) not in _SYM_NUMBERS else (bool(x) if type(x) is torch.SymBool else float(x))
+             for x in v]
+    return torch.Size(items) if type(v) is torch.Size else type(v)(items)
+
+
+def _has_sym(v) -> bool:
+    return any(isinstance(x, _SYM_NUMBERS) or (type(x) in _SIZED and _has_sym(x)) for x in v)
+
+
+_SIZE_ARITHMETIC = {
+    operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
+    operator.floordiv, operator.ifloordiv, operator.mod, operator.imod,
+}
+_SIZE_COMPARISONS = {operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne}
+
+
+class SymNumberValue(ConstantValue):
+    """A size in a capture with dynamic shapes (``x.shape[0]``, ``n * 2 - 1``): a
+    ``torch.SymInt``. Arithmetic with ints stays symbolic, and so does passing it to a torch
+    operation (it becomes size nodes of the graph); a comparison answers by the size seen at
+    capture and records a guard (``if n > 8``); any other use (``range(n)``, ``int(n)``, a
+    format) reads ``.value``, which specializes the size to what it was (a guard too)."""
+
+    __slots__ = ("sym", "_fixed")
+
+    def __init__(self, sym):
+        Value.__init__(self, None)
+        self.sym = sym
+        self._fixed = None
+
+    @property
+    def value(self):
+        if self._fixed is None:
+            self._fixed = int(self.sym)  # a guard that the size is what it was
+        return self._fixed
+
+    def graph_arg(self):
+        """What a graph operation receives: the symbol, unless already specialized."""
+        return self.sym if self._fixed is None else self._fixed
+
+    held = graph_arg
+
+    def python_type(self):
+        return int
+
+    def describe(self):
+        return "a size"
+
+    def truthy(self, tx):
+        return bool(self.sym)
+
+    def binary_op(self, tx, fn, other, reflected):
+        if isinstance(other, SymNumberValue):
+            b = other.graph_arg()
+        elif type(other) is ConstantValue and type(other.value) is int:
+            b = other.value
+        else:
+            return None
+        a = self.graph_arg()
+        if reflected:
+            a, b = b, a
+        if fn in _SIZE_ARITHMETIC:
+            return const(fn(a, b))
+        if fn in _SIZE_COMPARISONS:
+            return const(bool(fn(a, b)))  # a guard on the outcome
+        return None
+
+    def reconstruct(self, cg):
+        if self._fixed is not None:
+            return repr(self._fixed)
+        from ..shapes import reconstruct_sizes
+        return reconstruct_sizes(cg, self.sym)
 
 
 class ConstantMethodValue(Value):
@@ -142,7 +238,21 @@ def _constant_argument(tx, v: Value):
 
 
 def const(value) -> ConstantValue:
+    if type(value) in _SYM_NUMBERS:
+        return _symbolic(value)
     return ConstantValue(value)
+
+
+def _symbolic(value) -> ConstantValue:
+    """A SymInt as a value (a plain int when it is a number after all); a symbolic bool or
+    float is decided now, by its value at capture (a guard)."""
+    if type(value) is torch.SymInt:
+        if value.node.expr.is_number:
+            return ConstantValue(int(value))
+        return SymNumberValue(value)
+    if type(value) is torch.SymBool:
+        return ConstantValue(bool(value))
+    return ConstantValue(float(value))
 
 
 NONE = ConstantValue(None)

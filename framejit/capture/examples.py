@@ -1,0 +1,285 @@
+"""Example values: an operation's result computed without its data, in one place.
+
+Capture records each torch operation as a graph node and needs the result's metadata (shape,
+dtype, strides, requires_grad) to go on: :func:`example_result` computes it, by one of three
+ways chosen here:
+
+* with symbolic sizes (the capture has a ``shapes.ShapeContext``): on that context's fake
+  tensors, whose dynamic sizes are SymInts; results stay fake, so the sizes they carry stay
+  expressions of the inputs' sizes;
+* under autocast: on fake tensors that report their real device, so that torch's own autocast
+  rules pick the dtypes as in eager; results become plain meta tensors;
+* otherwise: on meta tensors, memoised on the inputs' metadata (many meta kernels are Python
+  reference implementations costing 10-500 µs a call).
+
+Real tensors become examples through fx_ir's one real→meta conversion (:func:`meta_from_real`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import Unsupported
+from ..fx_ir import to_meta
+from .guards import any_autocast_enabled
+from .shapes import DynamicShapeError
+
+
+def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, meta_kwargs: dict,
+                   devices: list, *, inplace: bool, run_example=None):
+    """The example result of ``target(*args, **kwargs)`` (``args`` are values, ``meta_args``
+    their examples, ``convert(v, fn)`` maps a value's tensors through ``fn``). ``run_example``,
+    when given, computes it instead (on fake tensors)."""
+    if "device" in meta_kwargs or (not devices and kind == "call_function" and _is_factory(target)):
+        # A factory function, or a device argument: build its example on meta. Never run it for
+        # real: that would allocate, and a random one would move the user's random stream.
+        meta_kwargs["device"] = "meta"
+    meta_target = target
+    if kind == "call_method" and target in ("to", "cuda", "cpu"):
+        # A device move: examples stay on meta (the node's device is recorded separately).
+        meta_target = "to"
+        if target != "to":
+            meta_args = meta_args[:1]
+            meta_kwargs = {k: v for k, v in meta_kwargs.items() if k in ("non_blocking", "memory_format")}
+        else:
+            meta_args = [meta_args[0]] + ["meta" if isinstance(a, (str, torch.device)) else a
+                                          for a in meta_args[1:]]
+    if not _autocast_applies(devices):
+        _check_dtypes_agree(kind, target, meta_args)
+    shapes = tx.output.shapes
+    try:
+        if run_example is not None:
+            result = run_example(convert)
+        elif shapes is not None:
+            # Symbolic sizes: every example runs on the capture's fake tensors.
+            result = run_on_fake(tx, kind, target, args, kwargs, convert)
+        elif not inplace and _autocast_applies(devices):
+            result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
+        else:
+            result = _run_on_meta_retrying_foreach(kind, meta_target, args, meta_args, meta_kwargs,
+                                                   cacheable=not inplace)
+    except Unsupported:
+        raise
+    except Exception as e:
+        if shapes is not None:
+            raise DynamicShapeError(f"{readable_call(kind, target)} failed on symbolic sizes "
+                                    f"({type(e).__name__}: {_first_line(e)})") from e
+        raise Unsupported(
+            f"{readable_call(kind, target)} failed while framejit ran it on example inputs "
+            f"({type(e).__name__}: {_first_line(e)})",
+            "this usually means the call also fails in plain PyTorch; run the function without "
+            "framejit to see the error",
+        ) from e
+    return result
+
+
+def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, cacheable):
+    """``torch._foreach_addcdiv_(xs, as, bs, scalars)`` with ``scalars`` a 1-d CPU tensor (Adam's
+    step sizes while compiling) reads its numbers, which a meta tensor has not. If the example run
+    fails so, it is run again with a list of that many numbers in the tensor's place: the
+    results' metadata do not depend on the numbers."""
+    try:
+        return _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=cacheable)
+    except RuntimeError as e:
+        if not (getattr(target, "__name__", "").startswith("_foreach_") and "scalars" in str(e)):
+            raise
+        retry = list(meta_args)
+        for i, a in enumerate(args[1:], 1):
+            example = getattr(a, "example", None)  # a tensor value's
+            if isinstance(example, torch.Tensor) and example.dim() == 1 and a.device.type == "cpu":
+                retry[i] = [1.0] * a.example.shape[0]
+        return _run_on_meta(kind, target, retry, meta_kwargs, cacheable=cacheable)
+
+
+# -- meta execution, memoised ---------------------------------------------------------------------
+#
+# Many of torch's meta kernels are Python reference implementations costing 10-500 µs per call,
+# which dominates capture time. A meta kernel sees only metadata, so its result is a function of
+# the inputs' metadata, the constant arguments and grad mode: results are memoised on exactly
+# that, and in-place ops (which may change their input's metadata) always run.
+
+_meta_memo: dict = {}
+_MEMO_LIMIT = 50_000
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _signature(v):
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, v.requires_grad)
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_signature(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple((k, _signature(x)) for k, x in v.items()))
+    try:
+        hash(v)
+    except TypeError:
+        raise _Uncacheable from None
+    return (type(v), v)
+
+
+def _template(r):
+    if isinstance(r, torch.Tensor):
+        return ("T", tuple(r.shape), tuple(r.stride()), r.dtype, r.requires_grad)
+    if isinstance(r, (tuple, list)):
+        return (type(r), tuple(_template(x) for x in r))
+    if r is None or isinstance(r, (bool, int, float, torch.dtype, torch.Size)):
+        return ("C", r)
+    raise _Uncacheable
+
+
+def _rebuild(t):
+    tag = t[0]
+    if tag == "T":
+        _, shape, stride, dtype, requires_grad = t
+        m = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return m.requires_grad_(True) if requires_grad else m
+    if tag == "C":
+        return t[1]
+    items = [_rebuild(x) for x in t[1]]
+    if tag is list:
+        return items
+    if tag is tuple:
+        return tuple(items)
+    return tag(items)  # torch.return_types structseqs take one sequence
+
+
+def _run_on_meta(kind, target, args, kwargs, cacheable: bool):
+    key = None
+    if cacheable:
+        try:
+            key = (kind, target, _signature(args), _signature(kwargs), torch.is_grad_enabled())
+            hit = _meta_memo.get(key)
+        except _Uncacheable:
+            key = hit = None
+        if hit is not None:
+            return _rebuild(hit)
+    if kind == "call_method":
+        result = getattr(args[0], target)(*args[1:], **kwargs)
+    else:
+        result = target(*args, **kwargs)
+    if key is not None:
+        try:
+            if len(_meta_memo) >= _MEMO_LIMIT:
+                _meta_memo.clear()
+            _meta_memo[key] = _template(result)
+        except _Uncacheable:
+            pass
+    return result
+
+
+# -- under autocast ------------------------------------------------------------------------------
+#
+# Autocast picks an op's dtypes by the device of its inputs, which meta tensors forget. Under an
+# autocast block (the frame's or the caller's), ops on tensors of an autocast device run instead
+# on fake tensors, which are meta tensors that report their real device: torch's own autocast
+# rules then apply exactly as in eager. The result is turned back into plain meta tensors.
+
+def _autocast_applies(devices) -> bool:
+    if not any_autocast_enabled():
+        return False
+    return any(d.type in ("cpu", "cuda") and torch.is_autocast_enabled(d.type) for d in devices)
+
+
+def _run_under_autocast(tx, kind, target, args, kwargs, convert):
+    return run_on_fake(tx, kind, target, args, kwargs, convert, "under autocast ")
+
+
+def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
+    """Run ``target`` on fake tensors (meta tensors that report their real device); the result
+    as plain meta tensors."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    shapes = tx.output.shapes
+    mode = tx.output.fake_mode
+    if mode is None:
+        mode = tx.output.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+
+    def fake(t):
+        if not isinstance(t.example, torch.Tensor):
+            return t.example  # a number input
+        if shapes is not None:
+            return shapes.fake_of(t.example, t.device)
+        return FakeTensor(mode, t.example, t.device)
+
+    fake_args = [convert(a, fake) for a in args]
+    fake_kwargs = {k: convert(v, fake) for k, v in kwargs.items()}
+    with mode:
+        if kind == "call_method":
+            result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+        else:
+            result = target(*fake_args, **fake_kwargs)
+    if shapes is not None:
+        return result  # fake tensors with symbolic sizes stay the examples
+    try:
+        return _rebuild(_template(result))
+    except _Uncacheable:
+        raise Unsupported(f"{readable_call(kind, target)} {what}returned a "
+                          f"{type(result).__name__}, which framejit cannot track") from None
+
+
+#: Products whose real kernels require one dtype for all their tensors, which their meta kernels
+#: do not check (``x.double() @ y`` raises in eager, not on meta).
+_SAME_DTYPE_PRODUCTS = frozenset({
+    "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer",
+    "addmm", "addmv", "addbmm", "baddbmm", "addr", "linear", "bilinear", "einsum", "tensordot",
+    "chain_matmul", "multi_dot", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d",
+})
+
+
+def _check_dtypes_agree(kind, target, meta_args) -> None:
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name not in _SAME_DTYPE_PRODUCTS:
+        return
+    tensors = [a for a in meta_args if isinstance(a, torch.Tensor)]
+    for a in meta_args:
+        if isinstance(a, (list, tuple)):
+            tensors += [x for x in a if isinstance(x, torch.Tensor)]
+    if len({t.dtype for t in tensors}) > 1:
+        dtypes = ", ".join(str(t.dtype).replace("torch.", "") for t in tensors)
+        raise Unsupported(f"{readable_call(kind, target)} of tensors of different dtypes ({dtypes}), "
+                          "which raises RuntimeError in PyTorch",
+                          "convert the operands to one dtype")
+
+
+def clear_meta_memo() -> None:
+    _meta_memo.clear()
+
+
+def _is_factory(target) -> bool:
+    from .values.functions import _FACTORY_NAMES
+
+    return getattr(target, "__name__", "") in _FACTORY_NAMES
+
+
+
+
+def readable_call(kind, target) -> str:
+    if kind == "call_method":
+        return f"tensor.{target}()"
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    if mod.startswith("torch"):
+        if mod == "torch.nn.functional":
+            return f"torch.nn.functional.{name}()"
+        if mod.startswith("torch._C") or mod == "torch":
+            return f"torch.{name}()"
+        return f"{mod}.{name}()"
+    if mod in ("_operator", "operator"):
+        return f"operator.{name}"
+    return f"{name}()"
+
+
+def _first_line(e: Exception) -> str:
+    s = str(e).strip().splitlines()
+    return s[0] if s else ""
+
+
+
+
+def meta_from_real(t: torch.Tensor) -> torch.Tensor:
+    """The example of a real tensor: a meta tensor of the same metadata."""
+    return to_meta(t)

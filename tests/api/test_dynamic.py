@@ -1,0 +1,379 @@
+"""Dynamic shapes (issue 12): automatic dynamic, dynamic=True/False, mark_dynamic/mark_static,
+size guards and their messages, sizes used in Python, what user backends receive."""
+
+import logging
+
+import pytest
+import torch
+
+import framejit
+from framejit.capture import convert_frame as cf
+from framejit.testing import RecordingBackend
+
+
+def _entries(fn):
+    return cf.mine_entries(fn.__wrapped__.__code__, fn._framejit_context)
+
+
+def _guard_source(fn, i=-1):
+    return _entries(fn)[i][3].guard_fn.__framejit_source__
+
+
+def _size_guard_texts(fn, i=-1):
+    g = _entries(fn)[i][3].guards.size_guard
+    return [] if g is None else g.texts()
+
+
+def _check(fn, *args):
+    torch.testing.assert_close(fn(*args), fn.__wrapped__(*args))
+
+
+# -- automatic dynamic ---------------------------------------------------------------------------
+
+def test_ten_sizes_give_two_graphs_and_log_which_dim(stats, caplog):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return torch.relu(x) * 2 + x.sum(-1, keepdim=True)
+
+    with caplog.at_level(logging.INFO, logger="framejit.recompiles"):
+        for n in range(2, 12):
+            _check(f, torch.randn(n, 16))
+    assert stats.graphs == 2
+    assert stats.recompiles == 1
+    assert stats.eager_frames == 0
+    assert "x.shape[0] is now dynamic: 2 → 3" in caplog.text
+    assert stats.recompile_reasons[0][1] == "x.shape[0]: 2 → 3"
+    assert _size_guard_texts(f) == ["2 <= x.shape[0]  # 0/1 specialization"]
+
+
+def test_mlp_over_batch_sizes(stats):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    compiled = framejit.compile(mlp, backend="eager")
+    for b in (1, 2, 3, 4, 8):
+        x = torch.randn(b, 16)
+        torch.testing.assert_close(compiled(x), mlp(x))
+    assert stats.graphs == 2  # batch 1 (static), then every batch >= 2
+    assert stats.eager_frames == 0
+
+
+def test_reset_forgets_the_sizes_seen(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x + 1
+
+    for n in (2, 3):
+        _check(f, torch.randn(n))
+    assert _entries(f)[-1][3].guards.size_guard is not None
+    framejit.reset()
+    _check(f, torch.randn(4))
+    assert stats.graphs == 1 and _entries(f)[-1][3].guards.size_guard is None  # static again
+
+
+def test_dynamic_false_specializes_every_shape(stats):
+    @framejit.compile(backend="eager", dynamic=False)
+    def f(x):
+        return x * 2
+
+    for n in range(2, 7):
+        _check(f, torch.randn(n, 3))
+    assert stats.graphs == 5
+    assert _size_guard_texts(f) == []
+
+
+def test_dynamic_true_one_graph_from_the_first_call(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return (x + 1).softmax(-1)
+
+    for n in (2, 5, 9):
+        for m in (3, 7):
+            _check(f, torch.randn(n, m))
+    assert stats.graphs == 1
+    assert _size_guard_texts(f) == ["2 <= x.shape[0]  # 0/1 specialization",
+                                    "2 <= x.shape[1]  # 0/1 specialization"]
+
+
+def test_sizes_zero_and_one_stay_specialized(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x.sum(0) + 1
+
+    _check(f, torch.randn(1, 4))
+    _check(f, torch.randn(0, 4))
+    _check(f, torch.randn(5, 4))
+    _check(f, torch.randn(6, 4))
+    _check(f, torch.randn(1, 4))
+    assert stats.graphs == 3  # 1, 0, and one for every size >= 2
+    assert stats.recompile_reasons[0][1] == "x.shape[0]: 1 → 0"
+
+
+def test_a_size_of_one_after_dynamic_compiles_again(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x * 3
+
+    for n in (4, 5, 1, 7):
+        _check(f, torch.randn(n, 2))
+    assert stats.graphs == 3
+    assert stats.recompile_reasons[1][1].startswith("2 <= x.shape[0] no longer holds: x.shape[0] is 1")
+
+
+# -- marks -----------------------------------------------------------------------------------------
+
+def test_mark_dynamic_one_graph_over_five_sizes(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return torch.cumsum(x, 0) - x.mean()
+
+    for n in (3, 4, 6, 10, 17):
+        x = torch.randn(n, 5)
+        framejit.mark_dynamic(x, 0)
+        _check(f, x)
+    assert stats.graphs == 1
+    assert stats.recompiles == 0
+
+
+def test_marked_dimensions_get_their_own_symbols(stats):
+    @framejit.compile(backend="eager")
+    def f(x, y):
+        return x.sum() + y.sum()
+
+    for n, m in ((4, 4), (5, 7), (9, 3)):
+        x, y = torch.randn(n), torch.randn(m)
+        framejit.mark_dynamic(x, 0)
+        framejit.mark_dynamic(y, 0)
+        _check(f, x, y)
+    assert stats.graphs == 1  # no duck sizing between marked sizes: 4 and 4 were not tied
+    assert _size_guard_texts(f) == ["2 <= x.shape[0]  # 0/1 specialization",
+                                    "2 <= y.shape[0]  # 0/1 specialization"]
+
+
+def test_mark_dynamic_with_range_guards_the_range(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x + 1
+
+    for n in (4, 8, 9):
+        x = torch.randn(n)
+        framejit.mark_dynamic(x, 0, min=3, max=8)
+        _check(f, x)
+    assert stats.graphs == 2
+    texts = _size_guard_texts(f, 0)
+    assert "3 <= x.shape[0]" in texts and "x.shape[0] <= 8" in texts
+    assert stats.recompile_reasons[0][1] == "x.shape[0] <= 8 no longer holds: x.shape[0] is 9"
+
+
+def test_mark_static_keeps_a_dimension_fixed(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x * 2
+
+    for n in (2, 3, 4):
+        x = torch.randn(5, n)
+        framejit.mark_static(x, 1)
+        _check(f, x)
+    assert stats.graphs == 3
+    assert "x.shape[0]" in _guard_source(f) and "___t[1] != 4" in _guard_source(f)
+
+
+# -- sizes in Python --------------------------------------------------------------------------------
+
+def test_size_arithmetic_in_views_stays_symbolic(stats):
+    backend = RecordingBackend()
+
+    @framejit.compile(backend=backend, dynamic=True)
+    def f(x):
+        n = x.shape[0]
+        return x.reshape(n * 2, -1).sum(1), torch.zeros(n + 1), x.view(-1, x.shape[1] // 2, 2)
+
+    for n in (2, 3, 7):
+        x = torch.randn(n, 4)
+        for a, b in zip(f(x), f.__wrapped__(x)):
+            torch.testing.assert_close(a, b)
+    assert stats.graphs == 1
+    # A user backend gets a graph of the tensor alone, which reads the sizes it needs from it.
+    gm = backend.graphs[0]
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    assert placeholders == ["x"]
+    example = backend.example_inputs[0]
+    assert [type(e) for e in example] == [torch.Tensor]
+    sizes = [n.args for n in gm.graph.nodes if n.op == "call_method" and n.target == "size"]
+    assert [a[1] for a in sizes] == [0, 1]
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    import operator
+    assert operator.mul in targets and operator.add in targets and operator.floordiv in targets
+    # The native graph takes the sizes as inputs, bound by the entry function from x.shape.
+    entry = _entries(f)[0][3].entry_source
+    assert "x.shape[0]" in entry and "x.shape[1]" in entry
+
+
+def test_a_size_of_a_tensor_used_only_for_its_size(stats):
+    backend = RecordingBackend()
+
+    @framejit.compile(backend=backend, dynamic=True)
+    def f(x):
+        return torch.arange(x.shape[0]) * 2
+
+    for n in (3, 6):
+        torch.testing.assert_close(f(torch.randn(n)), torch.arange(n) * 2)
+    assert stats.graphs == 1
+    assert backend.example_inputs[0] == [3]  # the size alone: x is not an input of the graph
+
+
+def test_guard_function_checks_sizes_over_ints(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x, y):
+        return x.sum(0) + y.sum(0)
+
+    f(torch.randn(4, 3), torch.randn(4, 3))
+    src = _guard_source(f)
+    assert "x.is_contiguous()" in src and "len(___t) != 2" in src
+    assert "if not (2 <= ___v0): return False" in src
+    assert "___v0 = x.shape[0]" in src
+    assert "# y.shape[0] == x.shape[0]  # duck sizing: equal sizes at capture share a symbol" in src
+
+
+def test_returned_sizes_are_the_calls_sizes(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x.shape[0] * 2 + 1, x.size(), x.sum()
+
+    @framejit.compile(backend="eager", dynamic=True)
+    def g(x):
+        return ((x.shape[0], (x.shape[1] - 1, 2)), x.shape[1:]), x * 2
+
+    for n in (3, 8):
+        x = torch.randn(n, 5)
+        r = f(x)
+        assert r[0] == n * 2 + 1 and r[1] == torch.Size([n, 5])
+        assert type(r[0]) is int and type(r[1]) is torch.Size
+        x = torch.randn(n + 1, n)
+        assert g(x)[0] == ((n + 1, (n - 1, 2)), torch.Size([n]))
+    assert stats.graphs == 2
+
+
+def test_a_shape_formatted_into_text_is_the_calls_shape(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x + 1, f"{x.shape}", str(x.shape[1:]), "%d rows" % x.shape[0]  # noqa: UP031
+
+    for n in (3, 4):
+        x = torch.randn(n, 5)
+        assert f(x)[1:] == (f"{x.shape}", str(x.shape[1:]), f"{n} rows")
+    assert stats.graphs == 2  # the text depends on the sizes: specialized
+
+
+def test_range_over_a_size_specializes(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        total = x[0]
+        for i in range(x.shape[0]):
+            total = total + x[i] * i
+        return total
+
+    for n in (3, 3, 4):
+        _check(f, torch.randn(n, 2))
+    assert stats.graphs == 2
+    assert "x.shape[0] == 3" in " ".join(_size_guard_texts(f, 0))
+    assert stats.recompile_reasons[0][1].startswith("x.shape[0] == 3 no longer holds")
+
+
+def test_comparison_adds_a_guard(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        if x.shape[0] > 8:
+            return x * 2
+        return x - 1
+
+    for n in (10, 12, 20):
+        _check(f, torch.randn(n))
+    assert stats.graphs == 1
+    for n in (3, 5):
+        _check(f, torch.randn(n))
+    assert stats.graphs == 2
+    assert "8 < x.shape[0]" in _size_guard_texts(f, 0) or "x.shape[0] > 8" in _size_guard_texts(f, 0)
+    assert "no longer holds: x.shape[0] is 3" in stats.recompile_reasons[0][1]
+
+
+def test_equal_then_unequal_sizes_of_two_inputs(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x, y):
+        return x.sum(0) + y.sum(0)
+
+    _check(f, torch.randn(4, 3), torch.randn(4, 3))
+    _check(f, torch.randn(6, 3), torch.randn(6, 3))
+    assert stats.graphs == 1
+    assert "y.shape[0] == x.shape[0]  # duck sizing: equal sizes at capture share a symbol" \
+        in _size_guard_texts(f)
+    _check(f, torch.randn(8, 3), torch.randn(9, 3))
+    assert stats.graphs == 2
+    assert stats.recompile_reasons[0][1] == "y.shape[0] == x.shape[0] no longer holds: 9 vs 8"
+    _check(f, torch.randn(5, 3), torch.randn(7, 3))
+    assert stats.graphs == 2
+
+
+def test_broadcast_of_equal_sizes_guards_equality(stats):
+    @framejit.compile(backend="eager")
+    def f(x, y):
+        return x * y
+
+    _check(f, torch.randn(4, 3), torch.randn(4, 3))
+    _check(f, torch.randn(5, 3), torch.randn(5, 3))
+    _check(f, torch.randn(7, 3), torch.randn(7, 3))
+    assert stats.graphs == 2
+    _check(f, torch.randn(6, 3), torch.randn(1, 3))  # broadcasting: another graph, still right
+    assert stats.graphs == 3
+
+
+@pytest.mark.parametrize("op", ["softmax", "sum", "amax", "mean", "var", "layer_norm"])
+def test_reductions_over_a_dynamic_last_dim(stats, op):
+    def body(x):
+        if op == "softmax":
+            return torch.softmax(x, -1)
+        if op == "layer_norm":
+            return torch.nn.functional.layer_norm(x, x.shape[-1:])
+        return getattr(torch, op)(x, -1)
+
+    f = framejit.compile(body, backend="eager")
+    for m in (5, 6, 9, 33):
+        x = torch.randn(3, m)
+        torch.testing.assert_close(f(x), body(x))
+    assert stats.graphs == 2
+    assert stats.eager_frames == 0
+
+
+@pytest.mark.parametrize("backend", ["triton", "c", "default"])
+def test_kernel_backends_run_symbolic_graphs_eagerly(stats, backend):
+    def body(x):
+        return torch.softmax(x * 2, -1).sum(0)
+
+    f = framejit.compile(body, backend=backend)
+    for m in (5, 6, 9):
+        x = torch.randn(4, m)
+        torch.testing.assert_close(f(x), body(x))
+    assert stats.graphs == 2
+
+
+def test_guard_failure_is_explained_for_other_changes(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x + 1
+
+    for n in (2, 3, 4):
+        _check(f, torch.randn(n, 2))
+    _check(f, torch.randn(4, 2, dtype=torch.float64))
+    assert stats.recompile_reasons[-1][1].startswith("x.dtype: torch.float32 → torch.float64")
+    _check(f, torch.randn(4, 3, dtype=torch.float64))
+    assert stats.recompile_reasons[-1][1].startswith("x.shape[1]: 2 → 3")
+
+
+def test_non_contiguous_input_stays_static(stats):
+    @framejit.compile(backend="eager")
+    def f(x):
+        return x * 2
+
+    for n in (3, 4, 5):
+        _check(f, torch.randn(2, n).t())
+    assert stats.eager_frames == 0
+    _check(f, torch.randn(6, 2))
