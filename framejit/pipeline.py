@@ -28,6 +28,7 @@ from .kernels.lowering import LoweringError, classify, lower_group, reduction_di
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
+from .passes.layout import channels_last_convs
 from .passes.util import layout_is_exact
 
 
@@ -75,6 +76,10 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
     run_passes(graph, constants, lint=lint)
+    if "cpu" in devices:
+        channels_last_convs(graph)
+        if lint:
+            graph.lint()
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     record.emit(record.Stage(name="passes", seconds=time.perf_counter() - t0))
     launches = []

@@ -3,6 +3,7 @@
 :func:`coalesce` drops size-1 dimensions and merges neighbouring dimensions that every buffer
 walks contiguously (``stride[d] == stride[d+1] * size[d+1]``, broadcast dimensions included), so
 a kernel over contiguous tensors indexes with one flat index instead of a div/mod per dimension.
+A kernel's outer dimensions are first put in its output's memory order.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ def coalesce(kernel: Kernel) -> Kernel:
     sizes = [sizes[d] for d in keep]
     is_reduce = [is_reduce[d] for d in keep]
     strides = {n: [st[d] for d in keep] for n, st in strides.items()}
+    if not any(op.kind == "rand" for op in kernel.ops):
+        # A kernel walks its outer box in the first output's memory order (a channels-last
+        # output: channels innermost), so its stores, and loads laid out alike, are contiguous;
+        # reduced dimensions keep their places. (Not with a random draw: its stream is numbered
+        # by the box's order.)
+        out = next((b for b in kernel.buffers if b.is_output), None)
+        if out is not None:
+            outer = [i for i in range(len(sizes)) if not is_reduce[i]]
+            ranked = iter(sorted(outer, key=lambda i: -abs(strides[out.name][i])))
+            order = [i if is_reduce[i] else next(ranked) for i in range(len(sizes))]
+            if order != list(range(len(sizes))):
+                sizes = [sizes[i] for i in order]
+                strides = {n: [st[i] for i in order] for n, st in strides.items()}
     d = len(sizes) - 2
     while d >= 0:
         if is_reduce[d] == is_reduce[d + 1] and all(

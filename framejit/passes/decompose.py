@@ -258,22 +258,23 @@ def _pair(v: Any) -> tuple[int, int] | None:
 
 
 def _max_pool2d(b: Builder, input, kernel_size, stride, padding, dilation, ceil_mode) -> Node | None:
-    """Windows that tile the input (stride = kernel, no padding, sizes divisible: the pooling
-    of most CNNs) as a max over two dims of a reshape. Eager's NCHW CPU kernel is several times
-    slower than the reduction kernel this becomes. NaN wins, as in eager."""
+    """Max pooling without padding or dilation as a max over the last two dims of a windowed
+    view (``unfold`` twice: a view for any layout, windows may overlap, a remainder is dropped
+    as in floor mode). Eager's NCHW CPU kernel is several times slower than the reduction kernel
+    this becomes. NaN wins, as in eager."""
     if not is_float_tensor(input) or ceil_mode is not False:
         return None
     k = _pair(kernel_size)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride)
-    if k is None or s != k or _pair(padding) != (0, 0) or _pair(dilation) != (1, 1):
+    if k is None or s is None or _pair(padding) != (0, 0) or _pair(dilation) != (1, 1):
         return None
     shape = list(val(input).shape)
-    if len(shape) not in (3, 4) or 0 in shape or shape[-2] % k[0] or shape[-1] % k[1]:
+    nd = len(shape)
+    if nd not in (3, 4) or 0 in shape or shape[-2] < k[0] or shape[-1] < k[1] or min(s) < 1:
         return None
-    # reshape, not view: the input's real strides decide at run time (a view of the example).
-    windows = b(aten.reshape.default, input,
-                shape[:-2] + [shape[-2] // k[0], k[0], shape[-1] // k[1], k[1]])
-    dims = [len(shape) - 1, len(shape) + 1]
+    windows = b(aten.unfold.default, b(aten.unfold.default, input, nd - 2, k[0], s[0]),
+                nd - 1, k[1], s[1])
+    dims = [nd, nd + 1]
     return b.finish_reduction(b(aten.amax.default, windows, dims, True), dims, False)
 
 

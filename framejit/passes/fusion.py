@@ -23,6 +23,7 @@ layer knows both; passes do not import it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -149,8 +150,12 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGrou
             return None
         sizes, dims = red.sizes, red.reduce_dims
     elif broadcasts_to(a.sizes, b.sizes):
+        if _costly_to_recompute(a, b):
+            return None
         sizes, dims = b.sizes, ()
     elif broadcasts_to(b.sizes, a.sizes):
+        if _costly_to_recompute(b, a):
+            return None
         sizes, dims = a.sizes, ()
     else:
         return None
@@ -159,6 +164,21 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGrou
         return None
     nodes = sorted(members, key=order.__getitem__)
     return FusionGroup(nodes, sizes, dims, a.epoch, members)
+
+
+#: Ops that cost far more than a load to recompute at every point of a bigger box.
+_COSTLY = frozenset({"rsqrt", "sqrt", "div", "reciprocal", "exp", "exp2", "expm1", "log", "log1p",
+                     "log2", "tanh", "erf", "sigmoid", "pow", "sin", "cos"})
+
+
+def _costly_to_recompute(small: FusionGroup, big: FusionGroup) -> bool:
+    """Whether ``small`` (broadcast to ``big``'s box) computes something expensive on far fewer
+    points, such as batch norm's per-channel ``rsqrt(var + eps)``: merged, it would run once per
+    point of ``big`` (per element of the activation) instead of once per channel; apart, it is a
+    tiny kernel whose result ``big`` loads."""
+    if math.prod(big.sizes) < 64 * max(1, math.prod(small.sizes)):
+        return False
+    return any(getattr(n.target, "__name__", "").split(".")[0] in _COSTLY for n in small.nodes)
 
 
 def _creates_cycle(members: set, dag: nx.DiGraph, order) -> bool:

@@ -107,7 +107,7 @@ _FOLLOW_THEIR_INPUT = frozenset({
     "view", "view_as", "reshape", "reshape_as", "transpose", "swapaxes", "swapdims", "permute",
     "movedim", "moveaxis", "t", "expand", "expand_as", "squeeze", "unsqueeze", "select", "narrow",
     "slice", "getitem", "flatten", "unflatten", "diagonal", "as_strided", "alias", "detach",
-    "contiguous", "_unsafe_view",
+    "contiguous", "_unsafe_view", "unfold",
 })
 
 

@@ -148,15 +148,24 @@ def test_max_pool2d_over_tiling_windows_is_a_reduction(rewrite, dtype, layout, f
           "torch": lambda x: torch.max_pool2d(x, 2),
           "tuple_args": lambda x: F.max_pool2d(x, (2, 3), (2, 3), 0, (1, 1))}[form]
     result = rewrite(decompose, fn, x)
-    assert compute_targets(result) == [aten.reshape.default, aten.amax.default,
-                                       aten.squeeze.dims]
+    assert compute_targets(result) == [aten.unfold.default, aten.unfold.default,
+                                       aten.amax.default, aten.squeeze.dims]
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=3, stride=2), dict(kernel_size=3), dict(kernel_size=(2, 3)),
+                                    dict(kernel_size=3, stride=1)])
+def test_max_pool2d_with_overlapping_windows_or_a_remainder(rewrite, kwargs):
+    x = make((2, 3, 9, 8))  # kernel 3 leaves a remainder
+    x[1, 1, 4, 4] = float("nan")
+    result = rewrite(decompose, lambda x: F.max_pool2d(x, **kwargs), x)
+    assert aten.amax.default in result.targets()
 
 
 @pytest.mark.parametrize("kwargs", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, padding=1),
                                     dict(kernel_size=2, ceil_mode=True), dict(kernel_size=2, dilation=2),
-                                    dict(kernel_size=3), dict(kernel_size=2, return_indices=True)])
-def test_max_pool2d_with_overlap_padding_or_a_remainder_is_left_to_torch(rewrite, kwargs):
-    x = make((2, 3, 8, 8))  # kernel 3 leaves a remainder of 2
+                                    dict(kernel_size=2, return_indices=True)])
+def test_max_pool2d_with_padding_dilation_or_indices_is_left_to_torch(rewrite, kwargs):
+    x = make((2, 3, 8, 8))
     result = rewrite(decompose, lambda x: F.max_pool2d(x, **kwargs), x, expect_change=False)
     assert F.max_pool2d in result.targets()
 

@@ -1,0 +1,78 @@
+"""channels_last_convs: CPU convolutions run channels-last, kernels around them follow, results
+keep eager's layout; all or nothing."""
+
+import torch
+from torch import nn
+
+import framejit
+from framejit import pipeline
+from framejit.testing import assert_close_to_eager
+
+
+def _compiled(model, x):
+    built = []
+    original = pipeline.compile_with_kernels
+
+    def spy(*args, **kwargs):
+        fn = original(*args, **kwargs)
+        built.append(fn)
+        return fn
+
+    pipeline.compile_with_kernels = spy
+    try:
+        compiled = framejit.compile(model)
+        with torch.no_grad():
+            got = compiled(x)
+            got_again = compiled(x)
+    finally:
+        pipeline.compile_with_kernels = original
+    (fn,) = built
+    return got, got_again, fn
+
+
+def _conv_net():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+    ).eval()
+
+
+def test_convolutions_run_channels_last_and_results_keep_eager_layout():
+    model, x = _conv_net(), torch.randn(2, 3, 12, 12)
+    got, got_again, fn = _compiled(model, x)
+    with torch.no_grad():
+        want = model(x)
+    assert_close_to_eager(got, want)
+    assert_close_to_eager(got_again, want)
+    assert got.stride() == want.stride()  # converted back at the output
+    names = [n.name for n in fn.framejit_graph.nodes]
+    # One conversion of the graph input; the second conv's input comes from the pooling kernel.
+    assert sum(name.startswith("to_channels_last") for name in names) <= 2
+    # The kernels after each convolution read its channels-last result as predicted.
+    checked = [k for k in fn.framejit_kernels if k.checked_inputs]
+    assert checked and all(k.layout_misses == 0 for k in fn.framejit_kernels)
+    assert any(stride[1] == 1 for k in checked for _, stride in k.checked_inputs.values())
+
+
+def test_a_graph_that_mutates_is_left_as_it_was():
+    conv = nn.Conv2d(3, 4, 3).eval()
+
+    def f(x, acc):
+        y = torch.relu(conv(x))
+        acc.add_(1)
+        return y * 2
+
+    x, acc = torch.randn(1, 3, 8, 8), torch.zeros(2)
+    built = []
+    original = pipeline.compile_with_kernels
+    pipeline.compile_with_kernels = lambda *a, **k: built.append(original(*a, **k)) or built[-1]
+    try:
+        with torch.no_grad():
+            got = framejit.compile(f)(x, acc)
+    finally:
+        pipeline.compile_with_kernels = original
+    with torch.no_grad():
+        assert_close_to_eager(got, f(x, torch.zeros(2)))
+    assert acc.tolist() == [1.0, 1.0]
+    assert not any(n.name.startswith("to_channels_last") for fn in built for n in fn.framejit_graph.nodes)
