@@ -83,6 +83,23 @@ class Recompile(Event):
 
 
 @dataclass
+class ShapeDynamic(Event):
+    """An input's dimension changed size between calls: its frame is captured again with that
+    dimension symbolic (automatic dynamic shapes)."""
+
+    source: str = ""            # the input, in the user's terms (``x``, ``self.cache[0]``)
+    dim: int = 0
+    before: int = 0
+    now: int = 0
+
+    kind = "shape_dynamic"
+
+    @property
+    def message(self) -> str:
+        return f"{self.source}.shape[{self.dim}] is now dynamic: {self.before} → {self.now}"
+
+
+@dataclass
 class GraphBreak(Event):
     """A frame was split where something could not be captured: the part before runs compiled,
     ``construct`` runs as Python, the rest continues in a resume function."""

@@ -22,17 +22,15 @@ static shapes (:class:`DynamicShapeError`).
 
 from __future__ import annotations
 
-import logging
 import operator
 
 import sympy
 import torch
 
+from .. import record
 from ..errors import Unsupported
 from .guards import Guard
 from .sources import SizeSource, Source
-
-log = logging.getLogger("framejit.recompiles.dynamic")
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -73,7 +71,7 @@ def dynamic_dims(dynamic, seen: dict | None, tensor: torch.Tensor, source: Sourc
         return dims
     for d, (before, now) in enumerate(zip(old, shape)):
         if before is not None and before != now and d not in static:
-            log.info("%s.shape[%d] is now dynamic: %s → %s", source.name(), d, before, now)
+            record.emit(record.ShapeDynamic(source=source.name(), dim=d, before=before, now=now))
             old[d] = None
         if old[d] is None and d not in static:
             dims.setdefault(d, None)

@@ -27,6 +27,7 @@ from .summary import frame_stages, ms
 
 _log_breaks = logging.getLogger("framejit.graph_breaks")
 _log_recompiles = logging.getLogger("framejit.recompiles")
+_log_dynamic = logging.getLogger("framejit.recompiles.dynamic")
 
 _topics: frozenset[str] = frozenset()
 
@@ -83,6 +84,10 @@ def read(event: record.Event) -> None:
         _log_breaks.info("%s runs as plain Python: %s", event.function, event.message)
         if "graph_breaks" in on:
             _print("graph_breaks", f"{event.function} runs as plain Python: {event.message}")
+    elif isinstance(event, record.ShapeDynamic):
+        _log_dynamic.info("%s", event.message)
+        if "recompiles" in on:
+            _print("recompiles", event.message)
     elif isinstance(event, record.Recompile):
         _log_recompiles.info("Recompiling %s: %s", event.function, event.reason)
         if "recompiles" in on:

@@ -21,7 +21,13 @@ _PALETTE = ("#e6550d", "#3182bd", "#31a354", "#756bb1", "#d6616b", "#17becf", "#
 
 def find_run(folder: str) -> str:
     """The run folder ``folder`` means: itself if it holds record.json, else the run its
-    ``latest`` file names (a dump_dir), else the newest run inside it."""
+    ``latest`` file names (a dump_dir), else the newest run inside it. ``folder`` may also be
+    that ``latest`` file itself."""
+    if os.path.isfile(folder) and os.path.basename(folder) == "latest":
+        folder = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{folder} is not a folder; give the dump folder "
+                                f"(FRAMEJIT_DUMP's) or a run folder inside it")
     if os.path.exists(os.path.join(folder, "record.json")):
         return folder
     latest = os.path.join(folder, "latest")

@@ -54,9 +54,11 @@ def test_graph_breaks_and_recompiles(tmp_path):
     assert "graph break in f at" in breaks[0] and "print()" in breaks[0]
     assert 'print("between")' in err and "prog.py:6" in err and "fix:" in err
     recompiles = [line for line in err.splitlines() if line.startswith("[framejit:recompiles]")]
-    assert len(recompiles) == 2
+    assert len(recompiles) == 4  # each frame: the failed guard, then what becomes dynamic
     assert "recompiling f at" in recompiles[0] and "x.shape[0]: 8 → 9" in recompiles[0]
-    assert "y.shape[0]: 8 → 9" in recompiles[1]
+    assert recompiles[1] == "[framejit:recompiles] x.shape[0] is now dynamic: 8 → 9"
+    assert "y.shape[0]: 8 → 9" in recompiles[2]
+    assert recompiles[3] == "[framejit:recompiles] y.shape[0] is now dynamic: 8 → 9"
 
 
 def test_all_topics(tmp_path):

@@ -75,6 +75,16 @@ def test_report_command_writes_a_self_contained_page(dump, tmp_path):
     assert missing.returncode == 1 and "holds no framejit dump" in missing.stderr
 
 
+def test_report_takes_the_dump_folder_its_latest_file_or_a_run(dump, tmp_path):
+    run = find_run(str(dump))
+    assert os.path.exists(os.path.join(run, "record.json"))
+    assert find_run(str(dump / "latest")) == run and find_run(run) == run
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        find_run(str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="holds no framejit dump"):
+        find_run(str(tmp_path))
+
+
 def test_highlight():
     assert highlight('def f(x):  # hi\n    return "s" + 1', "python") == (
         '<span class="kw">def</span> f(x):  <span class="comment"># hi</span>\n'
