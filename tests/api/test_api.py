@@ -344,14 +344,14 @@ def test_stats_counts_since_reset():
     assert framejit.stats() == {"frames": 0, "graphs": 0, "graph_breaks": 0, "fallbacks": 0,
                                 "recompiles": 0, "ops": 0, "capture_seconds": 0.0,
                                 "kernels": 0, "kernel_seconds": 0.0}
-    compiled = framejit.compile(f)
+    compiled = framejit.compile(f, backend="c")  # C kernels, also under FRAMEJIT_TEST_BACKEND=fx
     compiled(torch.ones(2))
     compiled(torch.ones(3))  # new shape: both frames recompile
     s = framejit.stats()
     assert set(s) == {"frames", "graphs", "graph_breaks", "fallbacks", "recompiles", "ops",
                       "capture_seconds", "kernels", "kernel_seconds"}
     assert all(type(v) is int for k, v in s.items() if not k.endswith("_seconds"))
-    # CPU tensors under backend="default": one C kernel per static graph; the second shape makes
+    # CPU tensors: one C kernel per static graph; the second shape makes
     # the dims dynamic, and symbolic graphs run on the eager backend (no kernels yet).
     assert s["kernels"] == 2
     assert s["graph_breaks"] == 2 and s["recompiles"] == 2 and s["fallbacks"] == 0
