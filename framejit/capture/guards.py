@@ -327,7 +327,8 @@ class TensorGuard(Guard):
             f" or {v}.device != {names(self.device)}: return False"
         ]
 
-    def reason(self, value):
+    def kind_reason(self, value):
+        """What changed in the tensor's type, dtype or device (None: nothing)."""
         n = self.source.name()
         if type(value) is not self.typ:
             return f"type({n}): {self.typ.__name__} → {type(value).__name__}"
@@ -335,6 +336,12 @@ class TensorGuard(Guard):
             return f"{n}.dtype: {self.dtype} → {value.dtype}"
         if value.device != self.device:
             return f"{n}.device: {self.device} → {value.device}"
+        return None
+
+    def reason(self, value):
+        n = self.source.name()
+        if (why := self.kind_reason(value)) is not None:
+            return why
         shape = tuple(value.shape)
         if shape != self.shape:
             if len(shape) != len(self.shape):
@@ -369,12 +376,8 @@ class DynamicTensorGuard(TensorGuard):
 
     def reason(self, value):
         n = self.source.name()
-        if type(value) is not self.typ:
-            return f"type({n}): {self.typ.__name__} → {type(value).__name__}"
-        if value.dtype is not self.dtype:
-            return f"{n}.dtype: {self.dtype} → {value.dtype}"
-        if value.device != self.device:
-            return f"{n}.device: {self.device} → {value.device}"
+        if (why := self.kind_reason(value)) is not None:
+            return why
         shape = tuple(value.shape)
         if len(shape) != len(self.shape):
             return f"{n}.ndim: {len(self.shape)} → {len(shape)}"
