@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from . import _C, compiler, record
+from . import _C, record
 from .capture import convert_frame as cf
 from .capture.shapes import DYNAMIC_MARK as _DYNAMIC_MARK
 from .capture.shapes import STATIC_MARK as _STATIC_MARK
@@ -191,7 +191,6 @@ def reset() -> None:
     """Forget every compiled version of every function (they recompile on their next call)
     and reset :func:`stats`."""
     cf.reset()
-    compiler.reset_stats()
 
 
 def stats() -> dict:

@@ -78,19 +78,6 @@ def _never_captured(record: Backend, compiled: Callable[..., Any]) -> Callable[.
     return _C.CompiledFunction(compiled, None)
 
 
-def stats() -> dict:
-    """The kernel counters of ``framejit.stats()``."""
-    from .kernels.triton_runtime import counters
-
-    return {"kernels": counters["kernels"], "kernel_seconds": counters["kernel_seconds"]}
-
-
-def reset_stats() -> None:
-    from .kernels.triton_runtime import reset_counters
-
-    reset_counters()
-
-
 # -- the built-in kernel backends ---------------------------------------------------------------
 
 

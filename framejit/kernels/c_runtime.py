@@ -34,7 +34,7 @@ from .. import record
 from .c_render import PRELUDE, function_name, render_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
-from .triton_runtime import KernelCompileError, counters
+from .triton_runtime import KernelCompileError
 
 #: The compiler flags. IEEE-strict: errno kept (pytorch#143978), no contraction (eager rounds
 #: a*b+c twice), no fast-math.
@@ -181,7 +181,6 @@ def address_of(launcher: CLauncher) -> int:
                 # One kernel alone: the others get their own try at their first call.
                 _functions.update(_build([launcher.cname], functions))
         finally:
-            counters["kernel_seconds"] += time.perf_counter() - t0
             record.emit(record.KernelBuilt(language="c", names=sorted(batch[n].name for n in functions),
                                            seconds=time.perf_counter() - t0,
                                            cached=c_counters["compiles"] == compiles))
@@ -229,7 +228,6 @@ class CLauncher(KernelLauncher):
 
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
                  seed_index: int | None) -> None:
-        t0 = time.perf_counter()
         if torch.device(device).type != "cpu":
             raise RuntimeError(f"C kernels run on CPU tensors, not {device}")
         find_compiler()
@@ -243,8 +241,6 @@ class CLauncher(KernelLauncher):
         with _lock:
             if self.cname not in _functions:
                 _pending.setdefault(self.cname, self)
-        counters["kernels"] += 1
-        counters["kernel_seconds"] += time.perf_counter() - t0
 
     def _first_call(self, inputs: tuple):
         try:

@@ -28,18 +28,9 @@ from .ir import Kernel, product
 from .launch import KernelLauncher, cache_dir
 from .triton_render import is_persistent, render
 
-#: Counters read by ``framejit.stats()``: kernels compiled, and the seconds spent on it
-#: (rendering, loading, tuning).
-counters = {"kernels": 0, "kernel_seconds": 0.0}
-
 _modules: dict[str, Any] = {}
 _best: dict[tuple[str, tuple], dict] = {}
 _lock = threading.Lock()
-
-
-def reset_counters() -> None:
-    counters["kernels"] = 0
-    counters["kernel_seconds"] = 0.0
 
 
 def source_hash(source: str) -> str:
@@ -167,7 +158,6 @@ class Launcher(KernelLauncher):
 
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
                  seed_index: int | None) -> None:
-        t0 = time.perf_counter()
         self.kernel = kernel
         self.device = device
         check_device(device)
@@ -182,8 +172,6 @@ class Launcher(KernelLauncher):
         self.config: dict | None = None
         self.grid: tuple | None = None
         self.digest = source_hash(self.source)
-        counters["kernels"] += 1
-        counters["kernel_seconds"] += time.perf_counter() - t0
 
     def _set_config(self, config: dict) -> None:
         self.config = config
@@ -233,7 +221,6 @@ class Launcher(KernelLauncher):
         self.fn.warmup(*self._args(inputs), *outs, *self.scalars, grid=self.grid, **self.config)
 
     def _tune(self, inputs: tuple) -> None:
-        t0 = time.perf_counter()
         key = (self.digest, (self.xnumel, self.rnumel))
         best = _best.get(key) or (None if self.interpret else _read_best(self.digest, key[1]))
         if best is None:
@@ -244,7 +231,6 @@ class Launcher(KernelLauncher):
                 _write_best(self.digest, key[1], best)
         _best[key] = best
         self._set_config(best)
-        counters["kernel_seconds"] += time.perf_counter() - t0
 
     def _benchmark(self, inputs: tuple) -> dict:
         from triton.testing import do_bench
