@@ -33,7 +33,8 @@ with torch and is the oracle the renderers are tested against. This module impor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -41,15 +42,27 @@ import torch
 
 @dataclass(frozen=True)
 class Sym:
-    """A size or stride known only at run time; the kernel takes it as an argument."""
+    """A size or stride known only at run time.
+
+    ``name`` is either an identifier (``ks0``): an ``int64`` argument of the kernel, or a
+    parenthesized product of such arguments and an int (``(7*ks0*ks1)``), made by
+    :func:`product`. Either text is a valid expression in C and in Python, so renderers may
+    paste ``str(sym)`` into index arithmetic as it is."""
 
     name: str
 
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def atoms(self) -> tuple[str, ...]:
+        """The kernel arguments this size is made of."""
+        return tuple(_IDENT.findall(self.name))
+
 
 Expr = int | Sym
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
 
 FULL = "full"
 OUTER = "outer"
@@ -174,12 +187,28 @@ class Kernel:
         return sorted(need)
 
     def symbols(self) -> list[Sym]:
-        """The run-time sizes and strides the kernel takes as arguments, in a fixed order."""
+        """The run-time sizes the kernel takes as arguments (``int64``, after its buffers), in
+        a fixed order: first appearance in the sizes, then in the buffers' strides."""
         seen: dict[str, Sym] = {}
         for e in (*self.sizes, *(s for b in self.buffers for s in b.strides)):
             if isinstance(e, Sym):
-                seen.setdefault(e.name, e)
+                for atom in e.atoms:
+                    seen.setdefault(atom, Sym(atom))
         return list(seen.values())
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether some size or stride is known only at run time."""
+        return any(isinstance(e, Sym)
+                   for e in (*self.sizes, *(s for b in self.buffers for s in b.strides)))
+
+    def specialize(self, values: dict[str, int]) -> Kernel:
+        """This kernel with every :class:`Sym` replaced by its value (``values`` maps each
+        argument of :meth:`symbols` to an int): the static kernel of one call."""
+        sizes = tuple(evaluate(e, values) for e in self.sizes)
+        buffers = [replace(b, strides=tuple(evaluate(e, values) for e in b.strides))
+                   for b in self.buffers]
+        return Kernel(self.name, sizes, self.reduce_dims, buffers, list(self.ops))
 
     def __str__(self) -> str:
         head = f"kernel {self.name}  sizes [{', '.join(map(str, self.sizes))}]"
@@ -197,12 +226,32 @@ def is_operand(a: Any) -> bool:
 
 
 def product(exprs: tuple[Expr, ...] | list[Expr]) -> Expr:
-    """The product of sizes; a :class:`Sym` named ``a*b`` when some are symbolic."""
+    """The product of sizes: an int, or a :class:`Sym` ``(7*ks0*ks1)`` when some are
+    symbolic (a single symbol times 1 stays that symbol)."""
     known = math.prod(e for e in exprs if isinstance(e, int))
-    syms = [e.name for e in exprs if isinstance(e, Sym)]
-    if not syms:
+    atoms = [a for e in exprs if isinstance(e, Sym) for a in e.atoms]
+    factor = [int(t) for e in exprs if isinstance(e, Sym) for t in re.findall(r"\b\d+\b", e.name)]
+    known *= math.prod(factor)
+    if not atoms or known == 0:
         return known
-    return Sym("*".join(([str(known)] if known != 1 else []) + syms))
+    if known == 1 and len(atoms) == 1:
+        return Sym(atoms[0])
+    return Sym("(" + "*".join(([str(known)] if known != 1 else []) + sorted(atoms)) + ")")
+
+
+def evaluate(e: Expr, values: dict[str, int]) -> int:
+    """The value of a size given the values of the kernel's arguments."""
+    if isinstance(e, int):
+        return e
+    return math.prod(int(t) if t.isdigit() else values[t]
+                     for t in e.name.strip("()").split("*"))
+
+
+def expr_text(e: Expr | tuple) -> str:
+    """Python text of a size or a tuple of sizes, over the arguments' names."""
+    if isinstance(e, tuple):
+        return "(" + ", ".join(expr_text(x) for x in e) + ("," if e else "") + ")"
+    return str(e)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -1,6 +1,8 @@
 """What every kernel launcher shares, whatever renders its kernel (Triton, C).
 
-A launcher is called ``launcher(*inputs)`` and returns the output tensor, or a tuple of them.
+A launcher is called ``launcher(*inputs, *sizes)`` and returns the output tensor, or a tuple of
+them. ``sizes`` are the values of the kernel's run-time sizes (``kernel.symbols()``, in order),
+Python ints; a kernel with static sizes takes none.
 Its first call builds (compiles, tunes) the kernel, then a generated launch function specialised
 to it (:func:`launch_function`): allocate the outputs, draw the random seed if the kernel has
 one, call the kernel, return. A kernel that cannot be built on its device runs as its group's
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .ir import Kernel
+from .ir import Kernel, expr_text
 
 
 def cache_dir(kind: str) -> str:
@@ -30,8 +32,10 @@ def cache_dir(kind: str) -> str:
 
 
 class KernelLauncher:
-    """Base of the launchers: ``kernel``, ``outputs`` ((sizes, strides, dtype) per output),
-    ``device`` and ``seed_index`` (position of the per-call seed among the kernel's inputs)."""
+    """Base of the launchers: ``kernel``, ``outputs`` ((sizes, strides, dtype) per output; sizes
+    and strides may be :class:`~framejit.kernels.ir.Sym` expressions of the kernel's run-time
+    sizes), ``device`` and ``seed_index`` (position of the per-call seed among the kernel's
+    inputs)."""
 
     #: The group's torch ops (set by the pipeline): what runs if the kernel cannot be built, or
     #: when an input's strides are not those the kernel was built for.
@@ -73,19 +77,30 @@ class KernelLauncher:
         warnings.warn(f"framejit: kernel {self.name} failed to compile on {self.device} "
                       f"({type(error).__name__}: {error}); its operations run as torch ops instead",
                       stacklevel=3)
-        self._fast = self.fallback
-        return self.fallback(*inputs)
+        n, fallback = self.tensor_count, self.fallback
+        self._fast = fallback if not self.kernel.symbols() else lambda *a: fallback(*a[:n])
+        return fallback(*inputs[:n])
 
     def _set_fast(self, call: str, namespace: dict[str, Any]) -> None:
         self._fast = launch_function(self, call, namespace)
 
-    def _layout_miss(self, *inputs: torch.Tensor):
+    def _layout_miss(self, *inputs):
         """An input is not laid out as the kernel expects: run the group's torch ops."""
         if self.fallback is None:
             raise RuntimeError(f"kernel {self.name}: an input's strides differ from those it was "
                                f"compiled for and it has no fallback")
         self.layout_misses += 1
-        return self.fallback(*inputs)
+        return self.fallback(*inputs[:self.tensor_count])
+
+    @property
+    def tensor_count(self) -> int:
+        """How many of the call's arguments are tensors (the run-time sizes follow them)."""
+        return len(self.kernel.inputs) - (self.seed_index is not None)
+
+    def bind_sizes(self, args: tuple) -> tuple[tuple, dict[str, int]]:
+        """A call's arguments split into its tensors and the values of the run-time sizes."""
+        n = self.tensor_count
+        return args[:n], {s.name: int(v) for s, v in zip(self.kernel.symbols(), args[n:])}
 
 
 def layout_fits(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
@@ -98,28 +113,33 @@ def layout_fits(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...])
 
 def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, Any]):
     """The generated launch function of ``launcher``: ``call`` is the kernel call with
-    ``{args}`` where the inputs (and seed) and outputs go; ``namespace`` binds its names."""
+    ``{args}`` where the inputs (and seed) and outputs go and ``{syms}`` where the run-time
+    sizes go (``", ks0, ks1"``, empty for a static kernel); ``call`` may also use the run-time
+    sizes by name (a grid, say). ``namespace`` binds its other names."""
     kernel = launcher.kernel
     n_in = len(kernel.inputs) - (launcher.seed_index is not None)
     params = [f"a{i}" for i in range(n_in)]
+    syms = [s.name for s in kernel.symbols()]
     namespace = {**namespace, "_empty": torch.empty_strided, "_randint": torch.randint,
                  "_i64": torch.int64, "_dev": launcher.device, "_fits": layout_fits,
                  "_miss": launcher._layout_miss}
-    lines = [f"def launch_{kernel.name}({', '.join(params)}):"]
+    lines = [f"def launch_{kernel.name}({', '.join(params + syms)}):"]
     for i, (size, stride) in sorted(launcher.checked_inputs.items()):
         # One tuple comparison per call; the careful check only when it differs.
-        lines.append(f"    if a{i}.stride() != {tuple(stride)!r} and not _fits(a{i}, {tuple(size)!r}, "
-                     f"{tuple(stride)!r}):")
-        lines.append(f"        return _miss({', '.join(params)})")
+        size, stride = expr_text(tuple(size)), expr_text(tuple(stride))
+        lines.append(f"    if a{i}.stride() != {stride} and not _fits(a{i}, {size}, {stride}):")
+        lines.append(f"        return _miss({', '.join(params + syms)})")
     outs = []
     for k, (size, stride, dtype) in enumerate(launcher.outputs):
         namespace[f"_dt{k}"] = dtype
-        lines.append(f"    o{k} = _empty({tuple(size)!r}, {tuple(stride)!r}, dtype=_dt{k}, device=_dev)")
+        lines.append(f"    o{k} = _empty({expr_text(tuple(size))}, {expr_text(tuple(stride))}, "
+                     f"dtype=_dt{k}, device=_dev)")
         outs.append(f"o{k}")
     args = list(params)
     if launcher.seed_index is not None:
         args.insert(launcher.seed_index, "_randint(2147483647, (), dtype=_i64, device=_dev)")
-    lines.append("    " + call.format(args=", ".join(args + outs)))
+    lines.append("    " + call.format(args=", ".join(args + outs),
+                                        syms="".join(f", {s}" for s in syms)))
     lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
     exec(compile("\n".join(lines) + "\n", f"<framejit-launch {kernel.name}>", "exec"), namespace)
     return namespace[f"launch_{kernel.name}"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .ir import FULL, Kernel
+from .ir import FULL, Kernel, evaluate
 from .launch import KernelLauncher, layout_fits
 from .lowering import reduced_shape
 
@@ -105,7 +105,7 @@ def _reduce(kind: str, x: torch.Tensor, dims: tuple[int, ...], sizes) -> torch.T
 
 class ReferenceLauncher(KernelLauncher):
     """Runs a kernel with :func:`run_reference` instead of a renderer's code; same calling
-    convention as the Triton launcher (``launcher(*inputs) -> output(s)``)."""
+    convention as the Triton launcher (``launcher(*inputs, *sizes) -> output(s)``)."""
 
     language = "reference"
 
@@ -117,14 +117,16 @@ class ReferenceLauncher(KernelLauncher):
         self.seed_index = seed_index
         self.source = str(kernel)
 
-    def __call__(self, *inputs: torch.Tensor):
+    def __call__(self, *inputs):
+        tensors, values = self.bind_sizes(inputs)
+        at = lambda sizes: tuple(evaluate(e, values) for e in sizes)  # noqa: E731
         for i, (size, stride) in self.checked_inputs.items():
-            if not layout_fits(inputs[i], size, stride):
+            if not layout_fits(tensors[i], at(size), at(stride)):
                 return self._layout_miss(*inputs)
-        args = list(inputs)
+        args = list(tensors)
         if self.seed_index is not None:
             args.insert(self.seed_index, torch.randint(2**31 - 1, (), dtype=torch.int64))
-        like = [torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+        like = [torch.empty_strided(at(size), at(stride), dtype=dtype, device=self.device)
                 for size, stride, dtype in self.outputs]
-        outs = run_reference(self.kernel, args, like)
+        outs = run_reference(self.kernel.specialize(values), args, like)
         return outs[0] if len(outs) == 1 else tuple(outs)
