@@ -29,6 +29,8 @@ from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
 from .passes.layout import channels_last_convs
+from .kernels.ir import Sym
+from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
 
 
@@ -66,8 +68,7 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     ``kernels.c_runtime.CLauncher``, ``kernels.reference.ReferenceLauncher`` to run the
     descriptions in torch (tests), or a mapping from device type to one of them
     (``{"cpu": CLauncher, "cuda": Launcher}``)."""
-    if has_symbolic_sizes(gm.graph):
-        return gm.forward_fn  # kernels are generated for fixed sizes only (yet): run eagerly
+    symbolic = has_symbolic_sizes(gm.graph)
     if isinstance(launcher, Mapping):
         by_device = dict(launcher)
         launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731
@@ -75,8 +76,18 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     t0 = time.perf_counter()
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
-    run_passes(graph, constants, lint=lint)
-    if "cpu" in devices:
+    run_passes(graph, constants, lint=lint, symbolic=symbolic)
+    shapes = None
+    if symbolic:
+        # Kernels that serve every size need each value's sizes as expressions of the symbols.
+        try:
+            shapes = symbolic_shapes(graph, constants)
+        except NotSizeGeneric as e:
+            fn = gm.forward_fn
+            fn.framejit_kernels = []  # type: ignore[attr-defined]
+            fn.framejit_eager_reason = f"symbolic sizes: {e}"  # type: ignore[attr-defined]
+            return fn
+    elif "cpu" in devices:
         channels_last_convs(graph)
         if lint:
             graph.lint()
@@ -86,11 +97,11 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     names: set[str] = set()
     for group in groups:
         t0 = time.perf_counter()
-        launch = _lower(group, _unique(_kernel_name(group), names), launcher)
+        launch = _lower(group, _unique(_kernel_name(group), names), launcher, shapes)
         if launch is not None:
             launches.append(launch)
             _record_kernel(launch, time.perf_counter() - t0)
-    new_graph = _rebuild(graph, launches)
+    new_graph = _rebuild(graph, launches, shapes)
     if lint:
         new_graph.lint()
     root = constants if constants is not None else gm.root
@@ -129,15 +140,20 @@ def _kernel_name(group: fusion.FusionGroup) -> str:
     return f"fj_{kind}_{'_'.join(words[:4])}"
 
 
-def _lower(group: fusion.FusionGroup, name: str, make_launcher):
+def _lower(group: fusion.FusionGroup, name: str, make_launcher, shapes=None):
     try:
-        lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, name)
+        lowered = lower_group(group.nodes, group.sizes, group.reduce_dims, name, shapes)
     except LoweringError:
         return None
     kernel = coalesce(lowered.kernel)
     device = _device_of(group.nodes[0])
-    outputs = [(tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()), n.meta["val"].dtype)
-               for n in lowered.outputs]
+    outputs = [(*lowered.layout(n), n.meta["val"].dtype) for n in lowered.outputs]
+    if shapes is not None:
+        arguments = {s.name for s in kernel.symbols()}
+        used = {a for size, stride, _ in outputs for e in (*size, *stride) if isinstance(e, Sym)
+                for a in e.atoms}
+        if not used <= arguments:
+            return None  # an output's size the kernel does not take (never seen: be safe)
     seed_index = lowered.inputs.index(None) if None in lowered.inputs else None
     launch = make_launcher(kernel, outputs, device, seed_index)
     launch.fallback = _group_as_torch(group, lowered)
@@ -160,7 +176,7 @@ def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
     return GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
 
 
-def _rebuild(graph: Graph, launches: list) -> Graph:
+def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
     """``graph`` with each lowered group replaced by a call of its launcher, placed where its
     last node was; nodes that used a group value before that point move after it (a
     lexicographic topological order, so nothing moves across an in-place or random op)."""
@@ -182,6 +198,7 @@ def _rebuild(graph: Graph, launches: list) -> Graph:
     units = nx.lexicographical_topological_sort(dag, key=lambda u: key[u])
     new = Graph()
     env: dict[Node, Node] = {}
+    made: dict = {}  # size expression -> node of the new graph computing it
     for u in units:
         if isinstance(u, Node):
             env[u] = new.node_copy(u, env.__getitem__)
@@ -189,9 +206,13 @@ def _rebuild(graph: Graph, launches: list) -> Graph:
         launcher, lowered, group = launches[u[1]]
         args = tuple(env[n] for n in lowered.inputs if n is not None)
         launcher.checked_inputs = {
-            i: (tuple(n.meta["val"].shape), tuple(n.meta["val"].stride()))
+            i: lowered.layout(n)
             for i, n in enumerate(n for n in lowered.inputs if n is not None)
             if not layout_is_exact(n, known=unit_of)}
+        if launcher.kernel.symbols():
+            # The run-time sizes, computed from the inputs' sizes before the launch.
+            args += tuple(size_node(lowered.sizes[s.name], shapes, new, made, env.__getitem__)
+                          for s in launcher.kernel.symbols())
         # The launch runs with capture off: Triton's Python (and the interpreter's) is never
         # offered to the frame hook.
         call = new.call_function(_C.CompiledFunction(launcher, None), args, name=launcher.name)

@@ -111,6 +111,11 @@ def _torch_source(text: str):
     return _torch_source_type(text)
 
 
+def _size_name(expr):
+    """An input size in ``meta["sym_shape"]``: its symbol's name, or its value once fixed."""
+    return int(expr) if expr.is_number else str(expr)
+
+
 class ShapeContext:
     """The symbolic sizes of one capture."""
 
@@ -221,7 +226,14 @@ class ShapeContext:
                     node.kwargs = self._map(node.kwargs, output)
         for node in graph.nodes:
             if "val" in node.meta:
-                node.meta["val"] = self.concrete(node.meta["val"])
+                val = node.meta["val"]
+                if node.op == "placeholder" and isinstance(val, torch.Tensor):
+                    # Which input dimension is which symbol (equal names: one symbol): what a
+                    # compiler needs to rebuild the symbolic sizes of the whole graph.
+                    node.meta["sym_shape"] = tuple(_size_name(self.env.simplify(n.node.expr))
+                                                   if isinstance(n, torch.SymInt) else int(n)
+                                                   for n in val.shape)
+                node.meta["val"] = self.concrete(val)
 
     def _map(self, v, output):
         if isinstance(v, torch.SymInt):

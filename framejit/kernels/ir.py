@@ -99,7 +99,8 @@ class Buffer:
 class Op:
     """One SSA value (or a store).
 
-    ``kind`` is ``load`` (args: buffer name), ``const`` (args: the number), ``rand`` (args:
+    ``kind`` is ``load`` (args: buffer name), ``const`` (args: the number, or a :class:`Sym`,
+    a run-time size such as the count a mean divides by, as a value of ``dtype``), ``rand`` (args:
     seed buffer name; uniform in [0, 1), one draw per box point), ``cast`` (args: operand),
     ``where`` (cond, a, b), a name in :data:`UNARY` or :data:`BINARY`, ``reduce`` (args:
     reduction name, operand) or ``store`` (args: buffer name, operand). Operands are indices of
@@ -120,7 +121,8 @@ class Op:
         if self.kind in ("load", "rand"):
             text = f"{self.kind} {self.args[0]}"
         elif self.kind == "const":
-            text = f"const {self.args[0]!r}"
+            number = self.args[0]
+            text = f"const {number if isinstance(number, Sym) else repr(number)}"
         elif self.kind == "reduce":
             text = f"reduce {self.args[0]} %{self.args[1]}"
         else:
@@ -190,7 +192,8 @@ class Kernel:
         """The run-time sizes the kernel takes as arguments (``int64``, after its buffers), in
         a fixed order: first appearance in the sizes, then in the buffers' strides."""
         seen: dict[str, Sym] = {}
-        for e in (*self.sizes, *(s for b in self.buffers for s in b.strides)):
+        consts = (op.args[0] for op in self.ops if op.kind == "const")
+        for e in (*self.sizes, *(s for b in self.buffers for s in b.strides), *consts):
             if isinstance(e, Sym):
                 for atom in e.atoms:
                     seen.setdefault(atom, Sym(atom))
@@ -198,9 +201,8 @@ class Kernel:
 
     @property
     def is_dynamic(self) -> bool:
-        """Whether some size or stride is known only at run time."""
-        return any(isinstance(e, Sym)
-                   for e in (*self.sizes, *(s for b in self.buffers for s in b.strides)))
+        """Whether some size, stride or constant is known only at run time."""
+        return bool(self.symbols())
 
     def specialize(self, values: dict[str, int]) -> Kernel:
         """This kernel with every :class:`Sym` replaced by its value (``values`` maps each
@@ -208,7 +210,9 @@ class Kernel:
         sizes = tuple(evaluate(e, values) for e in self.sizes)
         buffers = [replace(b, strides=tuple(evaluate(e, values) for e in b.strides))
                    for b in self.buffers]
-        return Kernel(self.name, sizes, self.reduce_dims, buffers, list(self.ops))
+        ops = [replace(op, args=(_number(evaluate(op.args[0], values), op.dtype),))
+               if op.kind == "const" and isinstance(op.args[0], Sym) else op for op in self.ops]
+        return Kernel(self.name, sizes, self.reduce_dims, buffers, ops)
 
     def __str__(self) -> str:
         head = f"kernel {self.name}  sizes [{', '.join(map(str, self.sizes))}]"
@@ -252,6 +256,10 @@ def expr_text(e: Expr | tuple) -> str:
     if isinstance(e, tuple):
         return "(" + ", ".join(expr_text(x) for x in e) + ("," if e else "") + ")"
     return str(e)
+
+
+def _number(value: int, dtype: torch.dtype):
+    return float(value) if dtype.is_floating_point else int(value)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

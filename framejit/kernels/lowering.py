@@ -9,13 +9,13 @@ and says which graph values it reads and writes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..fx_ir import Node
-from .ir import FULL, OUTER, Buffer, Kernel, Op, compute_dtype
+from .ir import FULL, OUTER, Buffer, Kernel, Op, Sym, compute_dtype, product
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -42,7 +42,8 @@ _COMPARISONS = {
 _LOGICAL = {aten.logical_and.default: "and", aten.logical_or.default: "or",
             aten.logical_not.default: "not"}
 _REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min",
-               aten.argmax.default: "argmax", aten.argmin.default: "argmin"}
+               aten.argmax.default: "argmax", aten.argmin.default: "argmin",
+               aten.mean.dim: "mean"}
 _WHERE = {aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar}
 _OTHERS = {*_WHERE, aten.clamp.default, aten.pow.Tensor_Scalar, aten.isnan.default,
            prims.convert_element_type.default, aten.clone.default, aten.rand_like.default}
@@ -167,6 +168,9 @@ def _classify_reduction(node: Node) -> str | None:
     if node.target in (aten.argmax.default, aten.argmin.default) and xv.dtype == torch.bool:
         return None
     out = node.meta["val"]
+    if node.target is aten.mean.dim and (out.dtype != compute_dtype(out.dtype)
+                                         or not out.dtype.is_floating_point):
+        return None
     if node.target is aten.sum.dim_IntList and (out.dtype != compute_dtype(out.dtype)
                                                 or xv.dtype == torch.bool):
         # fp16/bf16 sums must come upcast by the passes; bool inputs are left to torch.
@@ -206,6 +210,16 @@ class LoweredGroup:
     inputs: list[Node | None]
     #: graph nodes written, in the order of the kernel's output buffers.
     outputs: list[Node]
+    #: With symbolic sizes: each run-time size argument of the kernel (``ks0``) -> its sympy
+    #: expression over the graph's symbols, which the caller computes and passes.
+    sizes: dict = field(default_factory=dict)
+
+    def layout(self, node: Node) -> tuple[tuple, tuple]:
+        """(sizes, strides) of a graph value the kernel reads or writes, as kernel sizes:
+        ints, or :class:`~framejit.kernels.ir.Sym` expressions of the run-time sizes."""
+        return self._layouts[node]
+
+    _layouts: dict = field(default_factory=dict)
 
 
 class LoweringError(Exception):
@@ -213,25 +227,104 @@ class LoweringError(Exception):
 
 
 def lower_group(nodes: list[Node], sizes: tuple[int, ...], reduce_dims: tuple[int, ...],
-                name: str) -> LoweredGroup:
+                name: str, symbolic=None) -> LoweredGroup:
     """Lower ``nodes`` (topological order) computing over the box ``sizes`` with
-    ``reduce_dims`` reduced into one kernel."""
-    return _Lowering(nodes, tuple(sizes), tuple(reduce_dims), name).run()
+    ``reduce_dims`` reduced into one kernel.
+
+    ``symbolic`` (for a graph with symbolic sizes) has ``shape`` and ``stride`` mappings from
+    each node to its sizes and strides as sympy expressions (``passes.symbolic``); the kernel
+    then takes the sizes that vary as run-time arguments (``LoweredGroup.sizes``)."""
+    return _Lowering(nodes, tuple(sizes), tuple(reduce_dims), name, symbolic).run()
 
 
 class _Lowering:
-    def __init__(self, nodes, sizes, reduce_dims, name):
+    def __init__(self, nodes, sizes, reduce_dims, name, symbolic=None):
         self.nodes = nodes
         self.members = set(nodes)
         self.sizes = sizes
         self.reduce_dims = reduce_dims
         self.outer_shape = reduced_shape(sizes, reduce_dims)
-        self.kernel = Kernel(name, sizes, reduce_dims, [])
+        self.symbolic = symbolic
+        self.size_args: dict[Any, str] = {}  # sympy expression -> kernel argument name
+        self.layouts: dict[Node, tuple] = {}
+        self.box = self._symbolic_box() if symbolic is not None else sizes
+        self.kernel = Kernel(name, self.box, reduce_dims, [])
         self.value: dict[Node, int] = {}
         self.loads: dict[tuple[Node, str], int] = {}
         self.input_nodes: list[Node | None] = []
         self.input_buffer: dict[Node, str] = {}
         self.seed: str | None = None
+
+    # -- symbolic sizes -------------------------------------------------------------------------
+    def _symbolic_box(self) -> tuple:
+        """The box's sizes as kernel sizes: each dimension's expression, read from the group's
+        values (and what they read) that span it; they must all agree."""
+        found: list = [None] * len(self.sizes)
+        for node in (*self.nodes, *(i for n in self.nodes for i in n.all_input_nodes)):
+            shape = self.symbolic.shape.get(node)
+            if shape is None:
+                continue
+            off = len(self.sizes) - len(shape)
+            for j, e in enumerate(shape):
+                d = j + off
+                if d < 0 or self.sizes[d] == 1 or _hint_one(e):
+                    continue
+                if found[d] is None:
+                    found[d] = e
+                elif found[d] != e:
+                    raise LoweringError(f"dimension {d} of the box is both {found[d]} and {e}")
+        return tuple(1 if f is None else self.to_kernel(f) for f in found)
+
+    def to_kernel(self, e) -> Any:
+        """A sympy size as a kernel size: an int, a product of run-time size arguments (one per
+        symbol), or one argument standing for a whole expression (``s0 - 1``)."""
+        if isinstance(e, int):
+            return e
+        if e.is_Integer:
+            return int(e)
+        coeff, factors = e.as_coeff_mul()
+        atoms = []
+        for f in factors:
+            base, power = (f.base, f.exp) if f.is_Pow else (f, 1)
+            if not (base.is_Symbol and getattr(power, "is_Integer", power == 1) and int(power) > 0):
+                atoms = None
+                break
+            atoms += [self.argument(base)] * int(power)
+        if atoms is None or not coeff.is_Integer:
+            return Sym(self.argument(e))
+        return product([int(coeff), *(Sym(a) for a in atoms)])
+
+    def argument(self, e) -> str:
+        name = self.size_args.get(e)
+        if name is None:
+            name = self.size_args[e] = f"ks{len(self.size_args)}"
+        return name
+
+    def box_strides_of(self, node: Node) -> tuple:
+        """``node``'s strides in the box, as kernel sizes (the symbolic ``box_strides``)."""
+        val = node.meta["val"]
+        strides = box_strides(tuple(val.shape), tuple(val.stride()), self.sizes)
+        if strides is None:
+            raise LoweringError(f"{node.name} of shape {tuple(val.shape)} does not broadcast to {self.sizes}")
+        if self.symbolic is None:
+            self.layouts[node] = (tuple(val.shape), tuple(val.stride()))
+            return strides
+        shape, stride = self.symbolic.shape.get(node), self.symbolic.stride.get(node)
+        if shape is None:
+            raise LoweringError(f"{node.name} has no symbolic sizes")
+        off = len(self.sizes) - len(shape)
+        out = []
+        for d in range(len(self.sizes)):
+            j = d - off
+            if j < 0 or strides[d] == 0:
+                out.append(0)
+                continue
+            if self.to_kernel(shape[j]) != self.box[d]:
+                raise LoweringError(f"{node.name}'s size {shape[j]} is not the box's {self.box[d]}")
+            out.append(self.to_kernel(stride[j]))
+        self.layouts[node] = (tuple(self.to_kernel(e) for e in shape),
+                              tuple(self.to_kernel(e) for e in stride))
+        return tuple(out)
 
     # -- helpers ------------------------------------------------------------------------------
     def emit(self, kind, args, dtype, level) -> int:
@@ -255,7 +348,10 @@ class _Lowering:
         if op.dtype == dtype:
             return index
         if op.kind == "const":
-            return self.emit("const", (_convert_number(op.args[0], dtype),), dtype, op.level)
+            number = op.args[0]
+            if not isinstance(number, Sym):
+                number = _convert_number(number, dtype)
+            return self.emit("const", (number,), dtype, op.level)
         return self.emit("cast", (index,), dtype, op.level)
 
     def operand(self, a: Any, dtype: torch.dtype, level: str) -> int:
@@ -275,9 +371,7 @@ class _Lowering:
         if key in self.loads:
             return self.loads[key]
         val = node.meta["val"]
-        strides = box_strides(tuple(val.shape), tuple(val.stride()), self.sizes)
-        if strides is None:
-            raise LoweringError(f"{node.name} of shape {tuple(val.shape)} does not broadcast to {self.sizes}")
+        strides = self.box_strides_of(node)
         if level == OUTER and any(strides[d] != 0 for d in self.reduce_dims):
             raise LoweringError(f"{node.name} varies along the reduced dimensions")
         name = self.input_buffer.get(node)
@@ -303,11 +397,12 @@ class _Lowering:
         for k, node in enumerate(outputs):
             val = node.meta["val"]
             level = self.kernel.ops[self.value[node]].level
-            strides = box_strides(tuple(val.shape), tuple(val.stride()), self.sizes)
+            strides = self.box_strides_of(node)
             name = f"out{k}"
             self.kernel.buffers.append(Buffer(name, val.dtype, strides, is_output=True))
             self.emit("store", (name, self.value[node]), compute_dtype(val.dtype), level)
-        return LoweredGroup(self.kernel, self.input_nodes, outputs)
+        sizes = {name: e for e, name in self.size_args.items()}
+        return LoweredGroup(self.kernel, self.input_nodes, outputs, sizes, self.layouts)
 
     def lower(self, node: Node) -> int:
         target, args = node.target, node.args
@@ -362,6 +457,11 @@ class _Lowering:
                 raise LoweringError(f"{node.name} reduces {dims}, the kernel {self.reduce_dims}")
             kind = _REDUCTIONS[target]
             x = args[0]
+            if kind == "mean":
+                total = self.emit("reduce", ("sum", self.operand(x, c, FULL)), c, OUTER)
+                count = product([self.box[d] for d in self.reduce_dims])
+                count = count if isinstance(count, Sym) else float(count)
+                return self.emit("truediv", (total, self.emit("const", (count,), c, OUTER)), c, OUTER)
             if x in self.members and self.kernel.ops[self.value[x]].level != FULL:
                 raise LoweringError(f"{node.name} reduces a per-row value")
             if kind in ("argmax", "argmin"):
@@ -382,6 +482,10 @@ class _Lowering:
         if n < 0:
             result = self.emit("reciprocal", (result,), c, level)
         return result
+
+
+def _hint_one(e) -> bool:
+    return isinstance(e, int) and e == 1 or getattr(e, "is_Integer", False) and int(e) == 1
 
 
 def _convert_number(value: Any, dtype: torch.dtype) -> Any:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Kernel
+from .ir import Expr, Kernel, Sym, evaluate, product
+
+
+def _magnitude(e: Expr) -> int:
+    """A stride's size for ordering dimensions: run-time sizes count as large."""
+    return e if isinstance(e, int) else evaluate(e, {a: 1 << 16 for a in e.atoms})
 
 
 def coalesce(kernel: Kernel) -> Kernel:
-    if any(not isinstance(s, int) for s in kernel.sizes):
-        return kernel  # symbolic sizes: merging needs the sizes' values
+    """Run-time sizes (:class:`Sym`) merge as products: ``stride[d] == stride[d+1] * size[d+1]``
+    is checked on the expressions, which holds for every size or not at all."""
     sizes = list(kernel.sizes)
     is_reduce = [d in kernel.reduce_dims for d in range(len(sizes))]
     strides = {b.name: list(b.strides) for b in kernel.buffers}
-    if any(not isinstance(s, int) for st in strides.values() for s in st):
-        return kernel
     # Drop size-1 dimensions (any stride), keeping at least one dimension of each kind used.
     keep = [d for d in range(len(sizes)) if sizes[d] != 1]
     for kind in (False, True):
@@ -38,7 +41,7 @@ def coalesce(kernel: Kernel) -> Kernel:
         out = next((b for b in kernel.buffers if b.is_output), None)
         if out is not None:
             outer = [i for i in range(len(sizes)) if not is_reduce[i]]
-            ranked = iter(sorted(outer, key=lambda i: -abs(strides[out.name][i])))
+            ranked = iter(sorted(outer, key=lambda i: -abs(_magnitude(strides[out.name][i]))))
             order = [i if is_reduce[i] else next(ranked) for i in range(len(sizes))]
             if order != list(range(len(sizes))):
                 sizes = [sizes[i] for i in order]
@@ -46,8 +49,8 @@ def coalesce(kernel: Kernel) -> Kernel:
     d = len(sizes) - 2
     while d >= 0:
         if is_reduce[d] == is_reduce[d + 1] and all(
-                st[d] == st[d + 1] * sizes[d + 1] for st in strides.values()):
-            sizes[d] *= sizes[d + 1]
+                st[d] == product([st[d + 1], sizes[d + 1]]) for st in strides.values()):
+            sizes[d] = product([sizes[d], sizes[d + 1]])
             del sizes[d + 1], is_reduce[d + 1]
             for st in strides.values():
                 del st[d]

@@ -20,11 +20,22 @@ from ..fx_ir import Graph
 from .cleanup import cse, dce, fold_constants
 from .decompose import decompose
 from .normalize import normalize
+from .symbolic import SYMBOLIC
 
 
-def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False) -> None:
+def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False,
+               symbolic: bool = False) -> None:
     """normalize, decompose, normalize, dce, cse, fold_constants, dce; with ``lint=True`` the
-    graph is checked (``graph.lint()``) after each pass."""
+    graph is checked (``graph.lint()``) after each pass. ``symbolic``: the graph has symbolic
+    sizes, which no pass may turn into numbers (see ``passes.symbolic``)."""
+    token = SYMBOLIC.set(symbolic)
+    try:
+        _run(graph, constants, lint)
+    finally:
+        SYMBOLIC.reset(token)
+
+
+def _run(graph: Graph, constants: dict[str, Any], lint: bool) -> None:
     steps = (
         normalize,
         decompose,

@@ -30,6 +30,7 @@ from .util import (
     normalize_dims,
     val,
 )
+from .symbolic import SYMBOLIC
 from .vocabulary import POINTWISE
 
 aten = torch.ops.aten
@@ -199,8 +200,10 @@ def _batch_norm(
     else:
         dims = [0] + list(range(2, ndim))
         n = x_val.numel() // channels if channels else 0
-        if n <= 1:
-            return None  # eager raises "Expected more than 1 value per channel"
+        if n <= 1 or (running_mean is not None and SYMBOLIC.get()):
+            # n <= 1: eager raises "Expected more than 1 value per channel"; with symbolic
+            # sizes, the running variance's n / (n - 1) is a size: left to torch.
+            return None
         mean = b.mean(x, dims)
         d = b.sub(x, mean)
         var = b.mean(b.mul(d, d), dims)
@@ -408,8 +411,8 @@ def _var_or_std(b: Builder, input: Any, args: tuple, kwargs: dict, sqrt: bool) -
     if dims is None:
         return None
     n = math.prod(val(input).shape[d] for d in dims)
-    if n - correction <= 0:
-        return None
+    if n - correction <= 0 or SYMBOLIC.get():
+        return None  # (with symbolic sizes, n is a size: left to torch)
     x = b.upcast(input)
     d = b.sub(x, b.mean(x, dims))
     r = b.div(b.sum(b.mul(d, d), dims), n - correction)

@@ -277,6 +277,12 @@ class Builder:
         return self(aten.sum.dim_IntList, x, dims, True)
 
     def mean(self, x: Node, dims: list[int]) -> Node:
+        """The keepdim mean over ``dims``: a sum divided by the count, or, while sizes are
+        symbolic (the count is a size), ``aten.mean`` itself, which kernels lower alike."""
+        from .symbolic import SYMBOLIC
+
+        if SYMBOLIC.get():
+            return self(aten.mean.dim, x, list(dims), True)
         return self.div(self.sum(x, dims), math.prod(val(x).shape[d] for d in dims))
 
     def squeeze(self, x: Node, dims: list[int]) -> Node:

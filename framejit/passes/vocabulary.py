@@ -89,10 +89,13 @@ POINTWISE = BINARY | COMPARISONS | UNARY | WHERE | OTHER_POINTWISE | RANDOM
 
 #: Always keepdim=True: ``sum.dim_IntList(x, dims, True)``, ``amax.default(x, dims, True)``,
 #: ``amin.default(x, dims, True)`` with ``dims`` a sorted list of non-negative ints;
-#: ``argmax.default(x, dim, True)``, ``argmin.default(x, dim, True)`` with one dim.
+#: ``argmax.default(x, dim, True)``, ``argmin.default(x, dim, True)`` with one dim;
+#: ``mean.dim(x, dims, True)`` only in graphs with symbolic sizes (elsewhere a mean is a sum
+#: divided by the count).
 REDUCTIONS = frozenset(
     {
         aten.sum.dim_IntList,
+        aten.mean.dim,
         aten.amax.default,
         aten.amin.default,
         aten.argmax.default,
