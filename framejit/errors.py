@@ -84,6 +84,11 @@ class BackendError(FramejitError):
     """
 
 
+class ConstraintViolation(FramejitError):
+    """A dimension marked with ``framejit.mark_dynamic`` had to be fixed to one size while
+    capturing (as ``torch.compile`` does, this is raised, never a silent fallback)."""
+
+
 class InternalError(FramejitError):
     """A bug in framejit itself. The frame ran as plain Python; please report it with the dump."""
 

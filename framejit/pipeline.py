@@ -155,7 +155,10 @@ def _lower(group: fusion.FusionGroup, name: str, make_launcher, shapes=None):
         if not used <= arguments:
             return None  # an output's size the kernel does not take (never seen: be safe)
     seed_index = lowered.inputs.index(None) if None in lowered.inputs else None
-    launch = make_launcher(kernel, outputs, device, seed_index)
+    try:
+        launch = make_launcher(kernel, outputs, device, seed_index)
+    except NotImplementedError:
+        return None  # a renderer that cannot express this kernel: the group stays torch ops
     launch.fallback = _group_as_torch(group, lowered)
     return launch, lowered, group
 

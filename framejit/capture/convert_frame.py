@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from .. import _C, record
-from ..errors import BackendError, GraphBreakError, InternalError, Unsupported
+from ..errors import BackendError, ConstraintViolation, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .codecheck import check_code
 from .interpreter import BreakHere, RealCell, Translator, decode
@@ -346,6 +346,10 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
         if watch.raised is not None:
             raise  # not framejit's error: convert_frame raises the handler's exception
         return _fall_back(ctx, code, e)
+    except ConstraintViolation as e:
+        # The user's mark_dynamic cannot hold: as with torch.compile, always an error.
+        e.args = (f"{e.args[0]} (while compiling {where(code)})",)
+        raise
     except BackendError as e:
         if ctx.options.fullgraph or watch.raised is not None:
             raise
@@ -493,8 +497,8 @@ def _capture(ctx, code, func, f_locals, t0, break_at, static=False) -> CacheEntr
             new_code = make_trampoline(code, entry)
             frame_break = None
     except Exception as e:
-        if output.shapes is not None and (isinstance(e, DynamicShapeError)
-                                          or not isinstance(e, (Unsupported, BackendError))):
+        if output.shapes is not None and (isinstance(e, DynamicShapeError) or not isinstance(
+                e, (Unsupported, BackendError, ConstraintViolation))):
             raise _RetryStatic() from e
         raise
     finally:

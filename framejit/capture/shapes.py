@@ -28,7 +28,7 @@ import sympy
 import torch
 
 from .. import record
-from ..errors import Unsupported
+from ..errors import ConstraintViolation, Unsupported
 from .guards import Guard
 from .sources import SizeSource, Source
 
@@ -132,6 +132,8 @@ class ShapeContext:
         self.duck: list[tuple[SizeSource, SizeSource]] = []
         #: expression -> graph node (or int), while sizes are turned into nodes
         self._nodes: dict = {}
+        #: symbols of dimensions the user marked dynamic: fixing one to a size is an error
+        self.marked: set = set()
 
     # -- inputs -------------------------------------------------------------------------------
     def fake_input(self, tensor: torch.Tensor, source: Source, dims: dict):
@@ -156,6 +158,8 @@ class ShapeContext:
                 lo, hi = bounds
                 self.env.constrain_symbol_range(expr, compiler_min=max(2, lo if lo is not None else 2),
                                                 compiler_max=hi if hi is not None else int(2**63 - 1))
+            if bounds is not None:
+                self.marked.add(expr)
             first = self.owners.get(expr)
             if first is None:
                 self.owners[expr] = size_source
@@ -310,6 +314,13 @@ class ShapeContext:
         for symbol in self.owners:
             value = env.simplify(symbol)
             if value != symbol:
+                if symbol in self.marked and value.is_number:
+                    name = self.owners[symbol].name()
+                    raise ConstraintViolation(
+                        f"{name} was marked dynamic (framejit.mark_dynamic) but the code only works "
+                        f"for {name} == {value}: a branch on that size, or a view or a number that "
+                        f"fixes it, makes it static. Remove the mark_dynamic call for this "
+                        f"dimension, or make the code work for every size.")
                 add(sympy.Eq(symbol, value, evaluate=False), "specialized")
                 continue
             r = env.var_to_range.get(symbol)

@@ -134,6 +134,24 @@ def test_mark_dynamic_one_graph_over_five_sizes(stats):
     assert stats.recompiles == 0
 
 
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_marked_dimension_fixed_by_the_code_raises(stats, fullgraph):
+    @framejit.compile(backend="eager", fullgraph=fullgraph)
+    def f(x):
+        if x.shape[0] == 5:
+            return x + 1
+        return x - 1
+
+    x = torch.randn(5, 3)
+    framejit.mark_dynamic(x, 0)
+    with pytest.raises(framejit.errors.ConstraintViolation,
+                       match=r"x.shape\[0\] was marked dynamic .* only works for x.shape\[0\] == 5"
+                             r".*Remove the mark_dynamic call.*while compiling .*f at .*test_dynamic.py"):
+        f(x)
+    _check(f, torch.randn(5, 3))  # unmarked: static, as usual
+    assert stats.graphs == 1
+
+
 def test_marked_dimensions_get_their_own_symbols(stats):
     @framejit.compile(backend="eager")
     def f(x, y):

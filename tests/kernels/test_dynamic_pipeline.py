@@ -1,0 +1,171 @@
+"""The kernel pipeline on graphs with symbolic sizes: one kernel serves every size.
+
+The kernels here run in the reference interpreter of the description (the renderers' own tests
+of run-time sizes are test_c_dynamic.py and test_triton_dynamic.py; test_dynamic_renderers.py
+runs these programs through them)."""
+
+import operator
+
+import pytest
+import torch
+
+import framejit
+from framejit.fx_ir import Graph
+from framejit.kernels.ir import Sym
+from framejit.kernels.reference import ReferenceLauncher
+from framejit.passes import run_passes
+from framejit.passes.symbolic import NotSizeGeneric, symbolic_shapes
+from framejit.testing import assert_close_to_eager
+
+from .conftest import KernelCompiler
+
+aten = torch.ops.aten
+
+
+def compiled(fn, launcher=ReferenceLauncher, **options):
+    backend = KernelCompiler(launcher)
+    name = f"dyn_{id(backend)}"
+    framejit.backends.register_backend(name, backend)
+    return framejit.compile(fn, backend=name, **options), backend
+
+
+def test_ten_row_counts_take_two_graphs_and_the_second_has_run_time_sizes():
+    def fn(x, w):
+        return torch.softmax(x * w, dim=-1) + x.sum(0, keepdim=True)
+
+    cfn, backend = compiled(fn)
+    w = torch.randn(16)
+    for n in range(2, 12):
+        x = torch.randn(n, 16)
+        assert_close_to_eager(cfn(x, w), fn(x, w))
+    assert framejit.stats()["graphs"] == 2
+    static, dynamic = backend.compiled
+    assert all(not k.kernel.symbols() for k in static.framejit_kernels)
+    kernels = dynamic.framejit_kernels
+    assert len(kernels) == 2 and all(k.kernel.symbols() for k in kernels)
+    assert framejit.stats()["kernels"] == 4  # two per graph, none for the sizes after
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (4, 33), (2, 2)])
+def test_reductions_over_a_dynamic_last_dim(shape):
+    def fn(x):
+        return (torch.softmax(x, -1), torch.log_softmax(x * 2, -1), x.mean(-1), x.amax(-1),
+                x.argmax(-1), (x - x.mean(-1, keepdim=True)).pow(2).sum(-1))
+
+    cfn, backend = compiled(fn, dynamic=True)
+    for sizes in [shape, (shape[0] + 3, shape[1] * 2 + 1)]:
+        x = torch.randn(sizes)
+        assert_close_to_eager(cfn(x), fn(x))
+    assert framejit.stats()["graphs"] == 1
+    (only,) = backend.compiled
+    assert only.framejit_kernels and all(k.kernel.symbols() for k in only.framejit_kernels)
+
+
+def test_a_mean_divides_by_the_run_time_count():
+    def fn(x):
+        return x.mean(0) * 3
+
+    cfn, backend = compiled(fn, dynamic=True)
+    for n in (4, 9):
+        x = torch.randn(n, 6)
+        assert_close_to_eager(cfn(x), fn(x))
+    (only,) = backend.compiled
+    consts = [op.args[0] for k in only.framejit_kernels for op in k.kernel.ops if op.kind == "const"]
+    assert any(isinstance(c, Sym) for c in consts), [str(k.kernel) for k in only.framejit_kernels]
+
+
+def test_mark_dynamic_serves_five_sizes_with_one_graph_and_its_kernels():
+    def fn(x, b):
+        return torch.relu(x + b).sum(-1)
+
+    cfn, backend = compiled(fn)
+    b = torch.randn(8)
+    for n in (3, 5, 7, 11, 2):
+        x = torch.randn(n, 8)
+        framejit.mark_dynamic(x, 0)
+        assert_close_to_eager(cfn(x, b), fn(x, b))
+    assert framejit.stats()["graphs"] == 1
+    assert framejit.stats()["kernels"] == len(backend.compiled[0].framejit_kernels) >= 1
+
+
+def test_kernel_input_from_a_torch_op_is_checked_with_run_time_strides():
+    def fn(x, w):
+        return torch.softmax(x @ w, dim=-1) * 2
+
+    cfn, backend = compiled(fn, dynamic=True)
+    w = torch.randn(6, 5)
+    for n in (3, 8):
+        x = torch.randn(n, 6)
+        assert_close_to_eager(cfn(x, w), fn(x, w))
+    (only,) = backend.compiled
+    (kernel,) = only.framejit_kernels
+    assert kernel.checked_inputs, "the matmul's output must be checked"
+    (size, stride), = kernel.checked_inputs.values()
+    assert any(isinstance(e, Sym) for e in (*size, *stride))
+    assert kernel.layout_misses == 0
+
+
+def test_size_arithmetic_in_views_between_kernels():
+    def fn(x):
+        n = x.shape[0]
+        y = (x * 2).view(n * 2, -1)
+        return torch.softmax(y, dim=-1) + 1
+
+    cfn, _ = compiled(fn, dynamic=True)
+    for n in (2, 5):
+        x = torch.randn(n, 8)
+        assert_close_to_eager(cfn(x), fn(x))
+    assert framejit.stats()["graphs"] == 1
+
+
+def _placeholder(graph, name, shape, sym_shape):
+    node = graph.placeholder(name)
+    node.meta["val"] = torch.empty(shape, device="meta")
+    node.meta["device"] = torch.device("cpu")
+    node.meta["sym_shape"] = sym_shape
+    node.meta["dynamic_dims"] = (0,)
+    return node
+
+
+def test_a_graph_fixed_to_the_capture_sizes_is_not_size_generic():
+    g = Graph()
+    x = _placeholder(g, "x", (5, 4), ("s0", 4))
+    v = g.call_function(aten.view.default, (x, [20]))
+    v.meta["val"] = torch.empty(20, device="meta")
+    v.meta["device"] = torch.device("cpu")
+    g.output(v)
+    with pytest.raises(NotSizeGeneric, match="some sizes"):
+        symbolic_shapes(g, {})
+
+
+def test_symbolic_sizes_of_each_value_and_where_they_come_from():
+    g = Graph()
+    x = _placeholder(g, "x", (5, 4), ("s0", 4))
+    y = g.call_function(aten.mul.Tensor, (x, 2))
+    y.meta["val"] = torch.empty(5, 4, device="meta")
+    y.meta["device"] = torch.device("cpu")
+    t = g.call_function(aten.t.default, (y,))
+    t.meta["val"] = torch.empty(5, 4, device="meta").t()
+    t.meta["device"] = torch.device("cpu")
+    g.output(t)
+    shapes = symbolic_shapes(g, {})
+    (s0,) = shapes.binding
+    assert shapes.binding[s0] == (x, 0) and shapes.hint[s0] == 5
+    assert shapes.shape[t] == (4, s0) and shapes.stride[t] == (1, 4)
+    assert shapes.shape[y] == (s0, 4)
+
+
+def test_passes_keep_a_mean_over_symbolic_sizes():
+    g = Graph()
+    x = _placeholder(g, "x", (5, 4), ("s0", 4))
+    m = g.call_function(torch.mean, (x, 0))
+    m.meta["val"] = torch.empty(4, device="meta")
+    m.meta["device"] = torch.device("cpu")
+    g.output(m)
+    static = g.copy()
+    run_passes(g, {}, symbolic=True)
+    assert aten.mean.dim in {n.target for n in g.nodes}
+    run_passes(static, {})
+    targets = {n.target for n in static.nodes}
+    assert aten.mean.dim not in targets and aten.div.Tensor in targets
+    assert operator.mul not in targets
