@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--avoid", default="", help="comma-separated generator.FEATURES to leave out")
     parser.add_argument("--backend", default="default",
                         help="framejit backend of the compiled side ('triton' runs generated kernels "
-                             "on CPU tensors in Triton's interpreter)")
+                             "on CPU tensors in Triton's interpreter; 'reference' runs the kernel "
+                             "descriptions in their reference interpreter)")
     args = parser.parse_args(argv)
     # Workers inherit the environment; the interpreter must be on before they import triton.
     os.environ["FRAMEJIT_FUZZ_BACKEND"] = args.backend

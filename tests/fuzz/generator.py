@@ -662,6 +662,13 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
         a, b = rng.randint(2, 5), rng.randint(2, 5)
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, rng.randint(1, 3)))
+    # A third variant, from its own stream (programs of earlier campaigns stay as they were):
+    # the call after the one that makes sizes dynamic runs the dynamic graph at new sizes.
+    extra = random.Random(seed * 7 + 3)
+    while len(sizes) < 3:
+        a, b = extra.randint(2, 7), extra.randint(2, 7)
+        if a != b and (a, b) not in [sz[:2] for sz in sizes]:
+            sizes.append((a, b, sizes[1][2]))
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")

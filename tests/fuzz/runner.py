@@ -3,8 +3,9 @@
 Each side gets its own copy of the module (its own globals and classes) and its own inputs from
 ``make_inputs``. The sequence, the same on both sides: two calls on the same objects (state may
 evolve between them, so call *k* compiled is compared with call *k* eager), then one call on new
-inputs of other shapes. Call ``run_program`` in a subprocess (see worker.py): a program that
-crashes the interpreter must not end the campaign.
+inputs of other shapes (which makes the sizes that changed dynamic), and one on inputs of a third
+shape (the dynamic graph again, at sizes it was not compiled for). Call ``run_program`` in a
+subprocess (see worker.py): a program that crashes the interpreter must not end the campaign.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def run_side(module, fn) -> list[dict]:
     args = module.make_inputs(0)
     records = [call_once(module, fn, args), call_once(module, fn, args)]
     records.append(call_once(module, fn, module.make_inputs(1)))
+    records.append(call_once(module, fn, module.make_inputs(2)))
     return records
 
 
@@ -95,6 +97,15 @@ def compare_records(eager: list[dict], compiled: list[dict]) -> list[dict]:
     return found
 
 
+def _reference_backend(gm, example_inputs):
+    """The kernel pipeline with every kernel run by the description's reference interpreter:
+    what the passes, fusion and lowering do, whatever the renderers do."""
+    from framejit.kernels.reference import ReferenceLauncher
+    from framejit.pipeline import compile_with_kernels
+
+    return compile_with_kernels(gm, example_inputs, ("cpu", "cuda"), launcher=ReferenceLauncher)
+
+
 def run_program(source: str) -> dict:
     """``{"status": "ok" | "diff" | "invalid", "diffs": [...], "eager_exceptions": [...],
     "graphs", "fallbacks"}``. "invalid" means the program itself is broken (it does not load or
@@ -108,6 +119,9 @@ def run_program(source: str) -> dict:
         return {"status": "invalid", "diffs": [], "error": f"{type(e).__name__}: {e}"[:300]}
     stats = capture_stats()
     backend = os.environ.get("FRAMEJIT_FUZZ_BACKEND", "default")
+    if backend == "reference":
+        framejit.backends.register_backend("fuzz-reference", _reference_backend, replace=True)
+        backend = "fuzz-reference"
     compiled = run_side(compiled_module, framejit.compile(compiled_module.f, backend=backend))
     graphs, fallbacks = stats.graphs, stats.eager_frames
     kernels = framejit.stats()["kernels"]
