@@ -121,5 +121,14 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__claunch(void)
 {
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    /* The calling convention above; framejit.kernels.c_runtime.CLAUNCH_ABI must agree, and it
+     * ignores a build with another one (a stale .so). */
+    if (PyModule_AddIntConstant(module, "ABI_VERSION", 2) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -197,20 +197,29 @@ def clear_memory_cache() -> None:
         _pending.clear()
 
 
-try:
-    from .. import _claunch
+#: The calling convention of csrc/claunch.c that this module speaks (its ABI_VERSION). A build
+#: from an older source (the .so is stale until `make` rebuilds it) is not used: ctypes calls
+#: the kernels meanwhile, since the old launch would pass no sizes.
+CLAUNCH_ABI = 2
 
-    # torch's helper trusts its argument to be a tensor; _claunch checks it against this type.
-    _claunch.set_data_ptr_fn(torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr,
-                             getattr(torch._C, "TensorBase", torch.Tensor))
-    _launch = _claunch.launch
-except (ImportError, AttributeError):
+
+def _find_launch():
+    """``framejit._claunch.launch`` when it is built for :data:`CLAUNCH_ABI`, else None."""
     try:
         from .. import _claunch
-
-        _launch = _claunch.launch
     except ImportError:
-        _launch = None
+        return None
+    if getattr(_claunch, "ABI_VERSION", 1) != CLAUNCH_ABI:
+        return None
+    helper = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
+                     "_torchinductor_pyobject_tensor_data_ptr", None)
+    if helper is not None:
+        # torch's helper trusts its argument to be a tensor; _claunch checks it against this type.
+        _claunch.set_data_ptr_fn(helper, getattr(torch._C, "TensorBase", torch.Tensor))
+    return _claunch.launch
+
+
+_launch = _find_launch()
 
 
 _KernelType = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)

@@ -11,6 +11,8 @@ each test a second time with tiny :data:`~framejit.kernels.c_render.PARALLEL_MIN
 :data:`~framejit.kernels.c_render.SUM_CHUNK`, so that small shapes take the parallel paths too.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -269,3 +271,20 @@ def test_launch_rejects_bad_arguments_without_calling_the_kernel():
         launch(0, 1, x, out, 3, 7)
     launch(address, 1, x, out, 3, 7)  # and the right call still works
     assert_close_to_eager(out, torch.softmax(x, -1))
+    # No reference is kept or lost, on the good path or the error paths.
+    n, refs = 10**9 + 7, (sys.getrefcount(x), sys.getrefcount(out))
+    refs_n = sys.getrefcount(n)
+    for _ in range(100):
+        launch(address, 1, x, out, 3, 7)
+        with pytest.raises(TypeError):
+            launch(address, 1, x, "out", n, 7)
+    assert (sys.getrefcount(x), sys.getrefcount(out), sys.getrefcount(n)) == (*refs, refs_n)
+
+
+def test_a_launcher_extension_built_from_an_older_source_is_not_used(monkeypatch):
+    """A stale framejit/_claunch*.so would call a kernel without its sizes: ctypes runs the
+    kernels until `make` rebuilds it."""
+    _claunch = pytest.importorskip("framejit._claunch")
+    assert c_runtime._find_launch() is _claunch.launch
+    monkeypatch.setattr(_claunch, "ABI_VERSION", c_runtime.CLAUNCH_ABI - 1)
+    assert c_runtime._find_launch() is None
