@@ -1,9 +1,12 @@
 """The C renderer: a :class:`~framejit.kernels.ir.Kernel` as one plain C11 function.
 
-Every kernel becomes ``void <name>(char **bufs, int64_t nthreads)``: ``bufs[i]`` is the data
-pointer of ``kernel.buffers[i]`` (inputs, the random seed, outputs: the description's order),
-``nthreads`` the OpenMP thread count (``torch.get_num_threads()`` at call time). No ATen headers:
-``<math.h>``, ``<stdint.h>``, ``<string.h>`` and ``<omp.h>``.
+Every kernel becomes ``void <name>(char **bufs, int64_t nthreads, const int64_t *sizes)``:
+``bufs[i]`` is the data pointer of ``kernel.buffers[i]`` (inputs, the random seed, outputs: the
+description's order), ``nthreads`` the OpenMP thread count (``torch.get_num_threads()`` at call
+time), ``sizes[j]`` the value of the run-time size ``kernel.symbols()[j]`` (read into a local of
+the symbol's name, so a :class:`~framejit.kernels.ir.Sym` is pasted into the code as it is; a
+static kernel never reads it). No ATen headers: ``<math.h>``, ``<stdint.h>``, ``<string.h>`` and
+``<omp.h>``.
 
 The loop nest splits the box in two:
 
@@ -21,6 +24,18 @@ cut in fixed parts, so per-part partial results (and so the rounding of a sum) d
 the thread count. Sums of fp32 accumulate in fp32 inside chunks of :data:`SUM_CHUNK` elements and
 in fp64 across chunks: a huge ``mean`` keeps its precision (pytorch#154703).
 
+Run-time sizes (a dynamic kernel): the choices above that depend on a size are made by the C code
+at run time with the same rules, so a dynamic kernel cuts rows and chunks sums as the static
+kernel of the same sizes would (and gives its bits, unless the compiler vectorizes a loop
+otherwise: a run-time stride that happens to be 1 still makes a strided loop). The function holds
+one copy of the loop nest per choice that can happen: a single row cut in parts (``xnumel == 1``
+and a row of at least :data:`PARALLEL_MIN`), rows in parallel (more than one thread and at least
+:data:`PARALLEL_MIN` elements), and plain loops; an ``if (...)`` clause on the ``parallel for``
+instead would cost every small call a few hundred nanoseconds in libgomp. Sums of fp32 always
+take the chunked loop (one chunk for a short row: the same result), and the parts of a cut row are
+computed from the row's length at run time. Index arithmetic is ``int64_t`` everywhere, and
+``#pragma omp simd`` needs no known trip count.
+
 Numerics match eager torch: no fast-math, no contraction (``-ffp-contract=off``), NaN-first
 max/min/relu, ``sign(NaN) = 0``, float-to-int casts truncate, fp16/bf16 loaded to fp32 and
 rounded to nearest-even on store (NaN stays NaN). Random numbers are Philox 4x32-10 keyed by the
@@ -34,7 +49,7 @@ import math
 
 import torch
 
-from .ir import FULL, OUTER, Kernel, Op, Sym, is_operand
+from .ir import FULL, OUTER, Expr, Kernel, Op, Sym, is_operand, product
 
 #: Kernels over fewer elements than this run on one thread (OpenMP costs a few microseconds).
 PARALLEL_MIN = 32768
@@ -232,12 +247,9 @@ def render_c(kernel: Kernel) -> str:
 
 class _Renderer:
     def __init__(self, kernel: Kernel, name: str) -> None:
-        if any(isinstance(s, Sym) for s in kernel.sizes) or any(
-                isinstance(s, Sym) for b in kernel.buffers for s in b.strides):
-            raise NotImplementedError("the C renderer needs static sizes and strides")
         self.k = kernel
         self.name = name
-        sizes = [int(s) for s in kernel.sizes]
+        sizes: list[Expr] = list(kernel.sizes)
         if kernel.is_reduction:
             self.xdims = list(kernel.outer_dims)
             self.rdims = list(kernel.reduce_dims)
@@ -245,9 +257,12 @@ class _Renderer:
             self.xdims = list(range(len(sizes) - 1))
             self.rdims = [len(sizes) - 1] if sizes else []
         self.sizes = sizes
-        self.xnumel = math.prod(sizes[d] for d in self.xdims)
-        self.rnumel = math.prod(sizes[d] for d in self.rdims)
-        self.parallel = self.xnumel * self.rnumel >= PARALLEL_MIN
+        self.dynamic = kernel.is_dynamic
+        # Ints for a static kernel; a Sym (its C text) where a size is known only at run time.
+        self.xnumel = product([sizes[d] for d in self.xdims])
+        self.rnumel = product([sizes[d] for d in self.rdims])
+        self.numel = product([self.xnumel, self.rnumel])
+        self.parallel = not self.dynamic and self.numel >= PARALLEL_MIN
         self.lines: list[str] = []
         self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
         self.invariant = self._row_invariant()
@@ -264,7 +279,7 @@ class _Renderer:
                 continue
             if op.kind == "load":
                 strides = self.k.buffer(op.args[0]).strides
-                if all(int(strides[d]) == 0 for d in self.rdims):
+                if all(strides[d] == 0 for d in self.rdims):
                     inv.add(i)
             elif op.kind == "const" or all(a in inv for a in op.args if is_operand(a)):
                 inv.add(i)
@@ -281,12 +296,14 @@ class _Renderer:
     # -- addressing -------------------------------------------------------------------------
     def _part(self, dims: list[int], flat: str, prefix: str, strides) -> str:
         """Offset contribution of ``dims`` (decomposed from ``flat``) for ``strides``."""
-        st = [int(strides[d]) for d in dims]
+        st = [strides[d] for d in dims]
         if all(s == 0 for s in st):
             return ""
         sizes = [self.sizes[d] for d in dims]
         inner = st[-1]
-        if inner != 0 and all(st[i] == inner * math.prod(sizes[i + 1:]) for i in range(len(dims))):
+        # Dense over ``dims``: one flat index. Run-time strides compare as the products of
+        # run-time sizes that ir.product spells in one canonical way.
+        if inner != 0 and all(st[i] == product([inner, *sizes[i + 1:]]) for i in range(len(dims))):
             return flat if inner == 1 else f"{flat} * {inner}"
         return " + ".join(f"{prefix}{d}" if s == 1 else f"{prefix}{d} * {s}"
                           for d, s in zip(dims, st) if s != 0)
@@ -301,7 +318,7 @@ class _Renderer:
             return
         sizes = [self.sizes[d] for d in dims]
         for i, d in enumerate(dims):
-            below = math.prod(sizes[i + 1:])
+            below = product(sizes[i + 1:])
             expr = flat if below == 1 else f"({flat} / {below})"
             if i > 0:
                 expr = f"{expr} % {sizes[i]}"
@@ -478,7 +495,8 @@ class _Renderer:
             k.ops[k.ops[i].args[1]].dtype != torch.bool for i in group)
         extrema = [i for i in group if k.ops[i].args[0] in ("max", "min")]
         ind = indent
-        if float_sums and self.rnumel > SUM_CHUNK:
+        # A run-time row always takes the chunked loop: one chunk adds exactly as no chunks.
+        if float_sums and (isinstance(self.rnumel, Sym) or self.rnumel > SUM_CHUNK):
             self.lines.append(f"{ind}for (int64_t r0 = {lo}; r0 < {hi}; r0 += {SUM_CHUNK}) {{")
             ind += "    "
             self.lines.append(f"{ind}const int64_t r1 = FJ_MIN(r0 + {SUM_CHUNK}, {hi});")
@@ -555,11 +573,24 @@ class _Renderer:
             value = f"a{i}_i" if kind in ("argmax", "argmin") else f"({c_type(op.dtype)})a{i}"
             self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {value};")
 
-    def parts(self) -> tuple[int, int]:
-        """(number of parts, elements per part) of a single row cut for threads."""
+    def parts(self) -> tuple[int | str, int | str]:
+        """(number of parts, elements per part) of a single row cut for threads: ints, or the
+        names of the C locals :meth:`define_parts` computes from a run-time row length."""
+        if isinstance(self.rnumel, Sym):
+            return "fj_parts", "fj_per"
         per = max(SUM_CHUNK, -(-self.rnumel // MAX_PARTS))
         per = -(-per // SUM_CHUNK) * SUM_CHUNK
         return -(-self.rnumel // per), per
+
+    def define_parts(self, indent: str) -> None:
+        """The C locals of :meth:`parts` for a run-time row length (the same arithmetic)."""
+        if not isinstance(self.rnumel, Sym):
+            return
+        r = self.rnumel
+        self.lines.append(f"{indent}const int64_t fj_per0 = ({r} + {MAX_PARTS - 1}) / {MAX_PARTS};")
+        self.lines.append(f"{indent}const int64_t fj_per = (fj_per0 < {SUM_CHUNK} ? {SUM_CHUNK} : "
+                          f"(fj_per0 + {SUM_CHUNK - 1}) / {SUM_CHUNK} * {SUM_CHUNK});")
+        self.lines.append(f"{indent}const int64_t fj_parts = ({r} + fj_per - 1) / fj_per;")
 
     def reduce_group(self, group: list[int], indent: str, split: bool) -> None:
         self.hoist(self.k.full_closure([self.k.ops[i].args[1] for i in group]), indent)
@@ -569,10 +600,11 @@ class _Renderer:
             self.finish(group, indent)
             return
         n, per = self.parts()
+        room = MAX_PARTS if isinstance(n, str) else n
         for i in group:
-            self.lines.append(f"{indent}{self.acc_type(i)} p{i}[{n}];")
+            self.lines.append(f"{indent}{self.acc_type(i)} p{i}[{room}];")
             if self.k.ops[i].args[0] in ("argmax", "argmin"):
-                self.lines.append(f"{indent}int64_t p{i}_i[{n}];")
+                self.lines.append(f"{indent}int64_t p{i}_i[{room}];")
         self.lines.append(f"{indent}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
         self.lines.append(f"{indent}for (int64_t p = 0; p < {n}; p++) {{")
         inner = indent + "    "
@@ -645,7 +677,7 @@ class _Renderer:
 
     def function(self) -> str:
         k = self.k
-        out = [f"void {self.name}(char **bufs, int64_t nthreads) {{"]
+        out = [f"void {self.name}(char **bufs, int64_t nthreads, const int64_t *sizes) {{"]
         ind = "    "
         seeds = {op.args[0] for op in k.ops if op.kind == "rand"}
         for i, b in enumerate(k.buffers):
@@ -655,14 +687,64 @@ class _Renderer:
             qual = "" if b.is_output else "const "
             out.append(f"{ind}{qual}{c_type(b.dtype)} *restrict {b.name} = "
                        f"({qual}{c_type(b.dtype)} *)bufs[{i}];")
+        for i, sym in enumerate(k.symbols()):
+            out.append(f"{ind}const int64_t {sym} = sizes[{i}];")
         out.append(f"{ind}(void)nthreads;")
         self.lines = out
-        split = self.parallel and self.xnumel == 1
-        if self.parallel and self.xnumel > 1:
-            self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
-        self.lines.append(f"{ind}for (int64_t x = 0; x < {self.xnumel}; x++) {{")
-        self.row_offsets(ind + "    ")
-        self.row(ind + "    ", split)
-        self.lines.append(f"{ind}}}")
+        if not self.dynamic:
+            split = self.parallel and self.xnumel == 1
+            if self.parallel and self.xnumel > 1:
+                self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
+            self.rows(ind, split)
+        else:
+            self.dynamic_rows(ind)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
+
+    def rows(self, indent: str, split: bool) -> None:
+        """The loop over the rows ``x`` (its ``parallel for``, if any, already emitted)."""
+        self.hoisted = set()
+        self.lines.append(f"{indent}for (int64_t x = 0; x < {self.xnumel}; x++) {{")
+        self.row_offsets(indent + "    ")
+        self.row(indent + "    ", split)
+        self.lines.append(f"{indent}}}")
+
+    def dynamic_rows(self, indent: str) -> None:
+        """The rows of a kernel with run-time sizes: one copy of the loop nest per way of running
+        that its sizes allow, chosen at run time by the static rule (see the module docstring)."""
+        x, r, numel = self.xnumel, self.rnumel, self.numel
+        # A single row of at least PARALLEL_MIN is cut in parts (whatever the thread count, so
+        # that a sum rounds the same at every thread count).
+        split: list[str] | None = []
+        for size, test, fits in ((x, "== 1", x == 1), (r, f">= {PARALLEL_MIN}",
+                                                        isinstance(r, int) and r >= PARALLEL_MIN)):
+            if isinstance(size, Sym):
+                split.append(f"{size} {test}")
+            elif not fits:
+                split = None
+                break
+        # Otherwise rows run in parallel from PARALLEL_MIN elements and a second thread on.
+        parallel: list[str] | None = None
+        if x != 1 and (isinstance(numel, Sym) or numel >= PARALLEL_MIN):
+            parallel = ["nthreads > 1"] + ([f"{numel} >= {PARALLEL_MIN}"]
+                                           if isinstance(numel, Sym) else [])
+        branches = [(split, "split"), (parallel, "parallel"), ([], "serial")]
+        branches = [(cond, how) for cond, how in branches if cond is not None]
+        if not branches[0][0]:  # always the first way: no test
+            branches = branches[:1]
+        inner = indent + "    " if len(branches) > 1 else indent
+        for j, (cond, how) in enumerate(branches):
+            if len(branches) > 1:
+                if j == 0:
+                    self.lines.append(f"{indent}if ({' && '.join(cond)}) {{")
+                elif cond:
+                    self.lines.append(f"{indent}}} else if ({' && '.join(cond)}) {{")
+                else:
+                    self.lines.append(f"{indent}}} else {{")
+            if how == "split":
+                self.define_parts(inner)
+            elif how == "parallel":
+                self.lines.append(f"{inner}#pragma omp parallel for num_threads(nthreads) schedule(static)")
+            self.rows(inner, how == "split")
+        if len(branches) > 1:
+            self.lines.append(f"{indent}}}")

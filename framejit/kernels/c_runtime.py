@@ -12,8 +12,11 @@
 * **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` (never ``-ffast-math``: with gcc < 13 it sets
   flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
   launcher is built, which the compiler layer turns into eager torch with one warning.
-* **Calls**: ``framejit._claunch.launch(address, nthreads, *tensors)`` (a METH_FASTCALL
-  function in our own extension) when it is built, ctypes otherwise.
+* **Calls**: ``framejit._claunch.launch(address, nthreads, *tensors, *sizes)`` (a METH_FASTCALL
+  function in our own extension) when it is built, ctypes otherwise: the tensors' data pointers
+  become the kernel's ``bufs``, the ints (the values of ``kernel.symbols()``, none for a static
+  kernel) its ``sizes``. A kernel with run-time sizes is one function for every size: its text,
+  and so its name and cache key, holds no value of them.
 """
 
 from __future__ import annotations
@@ -194,35 +197,51 @@ def clear_memory_cache() -> None:
         _pending.clear()
 
 
-try:
-    from .. import _claunch
+#: The calling convention of csrc/claunch.c that this module speaks (its ABI_VERSION). A build
+#: from an older source (the .so is stale until `make` rebuilds it) is not used: ctypes calls
+#: the kernels meanwhile, since the old launch would pass no sizes.
+CLAUNCH_ABI = 2
 
-    _claunch.set_data_ptr_fn(torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr)
-    _launch = _claunch.launch
-except (ImportError, AttributeError):
+
+def _find_launch():
+    """``framejit._claunch.launch`` when it is built for :data:`CLAUNCH_ABI`, else None."""
     try:
         from .. import _claunch
-
-        _launch = _claunch.launch
     except ImportError:
-        _launch = None
+        return None
+    if getattr(_claunch, "ABI_VERSION", 1) != CLAUNCH_ABI:
+        return None
+    helper = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
+                     "_torchinductor_pyobject_tensor_data_ptr", None)
+    if helper is not None:
+        # torch's helper trusts its argument to be a tensor; _claunch checks it against this type.
+        _claunch.set_data_ptr_fn(helper, getattr(torch._C, "TensorBase", torch.Tensor))
+    return _claunch.launch
 
 
-_KernelType = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_launch = _find_launch()
+
+
+_KernelType = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 _ctypes_functions: dict[int, Any] = {}
 
 
-def _ctypes_launch(address: int, nthreads: int, *tensors: torch.Tensor) -> None:
-    """The launch without framejit._claunch (not built): several microseconds per call."""
+def _ctypes_launch(address: int, nthreads: int, *args: torch.Tensor | int) -> None:
+    """The launch without framejit._claunch (not built): several microseconds per call.
+    ``args`` are the kernel's tensors, then its run-time sizes (Python ints)."""
     fn = _ctypes_functions.get(address)
     if fn is None:
         fn = _ctypes_functions[address] = _KernelType(address)
-    fn((ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors]), nthreads)
+    pointers = [a.data_ptr() for a in args if not isinstance(a, int)]
+    sizes = [a for a in args if isinstance(a, int)]
+    fn((ctypes.c_void_p * len(pointers))(*pointers), nthreads,
+       (ctypes.c_int64 * len(sizes))(*sizes) if sizes else None)
 
 
 class CLauncher(KernelLauncher):
-    """Runs one C kernel: ``launcher(*inputs) -> output tensor or tuple of them``; the same
-    contract as the Triton :class:`~framejit.kernels.triton_runtime.Launcher`."""
+    """Runs one C kernel: ``launcher(*inputs, *sizes) -> output tensor or tuple of them``
+    (``sizes``: the values of ``kernel.symbols()``, none for a static kernel); the same contract
+    as the Triton :class:`~framejit.kernels.triton_runtime.Launcher`."""
 
     language = "c"
 
@@ -252,6 +271,6 @@ class CLauncher(KernelLauncher):
 
     def _build_fast(self, address: int) -> None:
         """A launch function for this kernel (see launch.launch_function)."""
-        self._set_fast("_launch(_address, _threads(), {args})", {
+        self._set_fast("_launch(_address, _threads(), {args}{syms})", {
             "_threads": torch.get_num_threads, "_launch": _launch or _ctypes_launch,
             "_address": address})
