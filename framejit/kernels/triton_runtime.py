@@ -113,16 +113,28 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+#: The smallest ``RBLOCK`` of a reduction over a run-time extent: the first call's rows may be
+#: short (one token) and later ones long, and every call loops over the block chosen first.
+DYNAMIC_MIN_RBLOCK = 32
+
+
 def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = None) -> list[dict]:
     """Launch configs to try, best guess first. A dynamic kernel's are chosen for the sizes
     ``values`` (of its first call) and are correct for every size: a reduction over a run-time
-    extent loops, so any ``RBLOCK`` covers any ``rnumel`` (a small first extent gives a small
-    ``RBLOCK`` that later, longer rows loop over); a static extent is the same at every call."""
+    extent loops, so any ``RBLOCK`` covers any ``rnumel`` (longer rows than the first call's
+    loop over it); a static extent is the same at every call."""
     if kernel.is_dynamic:
         # The static kernel of these sizes is persistent whenever the dynamic one is (it has the
         # same static rnumel, and at least as many unit strides), so its persistent configs
         # hold the whole row; its looped configs serve a looped dynamic kernel as they are.
-        return configs(kernel.specialize(values), interpret)
+        static = kernel.specialize(values)
+        found = configs(static, interpret)
+        if (kernel.is_reduction and not isinstance(product(kernel.reduce_sizes), int)
+                and is_persistent(static)):
+            # Blocks sized to hold the first call's (short) rows: later rows may be far longer.
+            found = [_widen_rblock(c) for c in found]
+            found = [c for i, c in enumerate(found) if c not in found[:i]]
+        return found
     xnumel = product(kernel.outer_sizes)
     xnumel = xnumel if isinstance(xnumel, int) else 1 << 20
     if not kernel.is_reduction:
@@ -157,6 +169,16 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
                 ((64, 8, 4), (128, 8, 4), (32, 16, 4), (64, 16, 8), (256, 4, 8))]
     return [{"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4},
             {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
+
+
+def _widen_rblock(config: dict) -> dict:
+    """``config`` with ``RBLOCK`` at least :data:`DYNAMIC_MIN_RBLOCK`, and no more than 1024
+    elements per block where it had fewer."""
+    if config["RBLOCK"] >= DYNAMIC_MIN_RBLOCK:
+        return config
+    elems = max(1024, config["XBLOCK"] * config["RBLOCK"])
+    xblock = max(1, min(config["XBLOCK"], elems // DYNAMIC_MIN_RBLOCK))
+    return {**config, "XBLOCK": xblock, "RBLOCK": DYNAMIC_MIN_RBLOCK}
 
 
 class Launcher(KernelLauncher):
