@@ -182,7 +182,8 @@ def _widen_rblock(config: dict) -> dict:
 
 
 class Launcher(KernelLauncher):
-    """Runs one kernel: ``launcher(*inputs) -> output tensor or tuple of them``.
+    """Runs one kernel: ``launcher(*inputs, *sizes) -> output tensor or tuple of them``
+    (``sizes``: the values of ``kernel.symbols()``, none for a static kernel).
 
     ``outputs``: (sizes, strides, dtype, device) of each output; ``seed_index``: position of the
     random-seed argument among the kernel inputs (drawn per call from the device's generator,
@@ -201,16 +202,16 @@ class Launcher(KernelLauncher):
         self.fn = load_kernel(kernel, self.source)
         self.outputs = outputs
         self.seed_index = seed_index
+        #: The values of the run-time sizes the config was chosen for (the first call's).
+        self.values: dict[str, int] = {}
         if kernel.is_dynamic:
             # Set at the first call, from its sizes (see _bind_first).
             self.xnumel = self.rnumel = None
             self.configs = []
-            self.values: dict[str, int] = {}
         else:
             self.xnumel = int(product(kernel.outer_sizes))
             self.rnumel = int(product(kernel.reduce_sizes)) if kernel.is_reduction else None
             self.configs = configs(kernel, self.interpret)
-            self.values = {}
         self.config: dict | None = None
         self.grid: tuple | None = None
         self.digest = source_hash(self.source)

@@ -4,11 +4,17 @@ interpreter. The kernels come from ``dynamic_launcher`` (symbolic.py), which mak
 dimensions of a compiled function's kernel run-time sizes ``ks<d>``; on CPU tensors they run
 in Triton's interpreter, so the sizes stay small."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from framejit import record
 from framejit.kernels.reference import ReferenceLauncher
+from framejit.kernels.triton_render import render
 from framejit.kernels.triton_runtime import Launcher
 from framejit.testing import assert_close_to_eager
 
@@ -50,9 +56,10 @@ def check_sizes(fn, triton, reference, make_args, shapes, *, upcast=False):
         expected = fn(*args)
         if upcast:
             expected = fn(*[a.float() for a in args]).to(expected.dtype)
-        got = triton(*args, *sizes)
+        got, ref = triton(*args, *sizes), reference(*args, *sizes)
         assert_close_to_eager(got, expected)
-        assert_close_to_eager(reference(*args, *sizes), expected)
+        assert_close_to_eager(ref, expected)
+        assert_close_to_eager(got, ref)
         outs = [torch.empty_like(got)]
         keys.append(jit_key(triton, [*args, *outs, *sizes]))
     builds = [e for e in record.events_since(start)
@@ -172,6 +179,23 @@ def test_half_precision_softmax(device):
     check_sizes(f, triton, reference, make, [(4, 8), (3, 21), (1, 1)], upcast=True)
 
 
+def test_dropout_with_run_time_sizes(device):
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5) + x
+
+    triton, _, _ = dynamic_launcher(f, (randn(32, device=device),), [0], Launcher, device=device)
+    for n in (32, 1, 77, 300):
+        x = randn(n, device=device).abs() + 1
+        torch.manual_seed(n)
+        got = triton(x, n)
+        torch.manual_seed(n)
+        assert torch.equal(triton(x, n), got)  # the seed comes from torch's generator
+        kept = torch.isclose(got, 3 * x)
+        assert torch.all(kept | torch.isclose(got, x))
+        if n >= 77:
+            assert 0.3 < kept.float().mean() < 0.7
+
+
 # -- 3-D, two dynamic dims ------------------------------------------------------------------
 
 def test_3d_reduction_over_a_static_middle_dim(device):
@@ -199,3 +223,67 @@ def test_3d_reduction_over_a_dynamic_last_dim(device):
     triton, reference = build(f, make(2, 4), [1, 2])
     assert len(triton.kernel.sizes) == 3
     check_sizes(f, triton, reference, make, [(2, 4), (1, 1), (5, 11), (2, 33)])
+
+
+# -- Triton's compiler ----------------------------------------------------------------------
+
+_COMPILE = """
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+for i, k in enumerate(json.load(open(sys.argv[1]))):
+    spec = importlib.util.spec_from_file_location(f"kernel{i}", k["path"])
+    module = importlib.util.module_from_spec(spec)
+    module._jit = triton.jit
+    spec.loader.exec_module(module)
+    config = dict(k["config"])
+    warps = config.pop("num_warps", 4)
+    sig = {name: "*" + t for name, t in k["buffers"]}
+    sig.update({name: "i64" for name in k["sizes"]})
+    sig.update({name: "constexpr" for name in config})
+    constexprs = {(list(sig).index(name),): value for name, value in config.items()}
+    src = ASTSource(getattr(module, k["name"]), signature=sig, constexprs=constexprs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert "ptx" in compiled.asm
+    print("compiled", k["name"])
+"""
+
+
+def test_dynamic_kernels_compile_for_a_gpu(tmp_path):
+    """Triton's compiler, which checks more than the interpreter (types of loop-carried values,
+    the int64 size arguments), takes the kernels: compiled for sm_90 down to PTX, without a GPU,
+    in a process of its own (this one runs Triton's interpreter)."""
+    pytest.importorskip("triton.backends.nvidia")
+    from framejit.kernels.triton_runtime import configs
+
+    types = {torch.float32: "fp32", torch.float16: "fp16", torch.int64: "i64"}
+
+    cases = [
+        (lambda x: torch.softmax(x, -1), (torch.randn(4, 8),), [0, 1]),
+        (lambda x: torch.argmax(x * 1.0, -1, keepdim=True), (torch.randn(4, 8),), [0, 1]),
+        (lambda x: torch.argmax(x * 1.0, -1, keepdim=True), (torch.randn(4, 8),), [0]),
+        (lambda x: torch.amax(x * 2, 0, keepdim=True), (torch.randn(5, 3),), [0, 1]),
+        (lambda x, y: torch.softmax(x * y, 1), (torch.randn(2, 5, 3), torch.randn(5, 1)), [0, 2]),
+        (lambda x, b: x.half() * 2 + b, (torch.randn(4, 8), torch.randn(8)), [0, 1]),
+        (lambda x: torch.nn.functional.dropout(x, 0.5) + x, (torch.randn(32),), [0]),
+    ]
+    kernels = []
+    for i, (fn, args, dims) in enumerate(cases):
+        launcher, _, values = dynamic_launcher(fn, args, dims, ReferenceLauncher)
+        kernel = launcher.kernel
+        path = tmp_path / f"kernel{i}.py"
+        path.write_text(render(kernel))
+        kernels.append({"path": str(path), "name": kernel.name,
+                        "buffers": [(b.name, types[b.dtype]) for b in kernel.buffers],
+                        "sizes": [s.name for s in kernel.symbols()],
+                        "config": configs(kernel, False, values)[0]})
+    listing = tmp_path / "kernels.json"
+    listing.write_text(json.dumps(kernels))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", _COMPILE, str(listing)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("compiled") == len(cases)
