@@ -12,15 +12,24 @@ Three shapes of kernel:
 Only ``tl.*`` math is emitted (no libdevice), so every kernel also runs under Triton's
 interpreter. fp16/bf16 are loaded as fp32 (the description's compute dtypes) and cast on
 store. Indices are int32 when every offset fits, int64 otherwise.
+
+**Run-time sizes.** A dynamic kernel (some size or stride a :class:`~framejit.kernels.ir.Sym`)
+takes its sizes as ``int64`` arguments after the buffers (``kernel.symbols()``, in order) and
+computes ``xnumel``/``rnumel`` from them; its indices are int64. A reduction over a run-time
+extent always loops (any ``RBLOCK`` is then correct for every size, so one compiled kernel
+serves them all); a static extent may still be persistent. The size arguments are excluded
+from Triton's specialization (``do_not_specialize``): no recompile when a size is 1 or a
+multiple of 16.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
-from .ir import FULL, OUTER, Kernel, Op, Sym, is_operand, product
+from .ir import FULL, OUTER, Kernel, Op, Sym, expr_text, is_operand, product
 
 #: The largest reduced extent kept in registers (a persistent reduction).
 PERSISTENT_LIMIT = 8192
@@ -124,6 +133,19 @@ def _neutral(kind: str, dtype: torch.dtype) -> str:
     return str(info.min if big else info.max)
 
 
+#: Names the kernel body defines: a run-time size may not be called so.
+_LOCAL = re.compile(r"(?:[xrt]\d+|_acc\d+(?:_i)?|_idx|_best|_|[xr](?:numel|offset|index|mask|base)"
+                    r"|XBLOCK|RBLOCK|tl|triton)")
+
+
+def _check_names(kernel: Kernel) -> None:
+    taken = {b.name for b in kernel.buffers}
+    for s in kernel.symbols():
+        if s.name in taken or _LOCAL.fullmatch(s.name):
+            raise ValueError(f"kernel {kernel.name}: run-time size {s.name!r} has the name of a "
+                             f"variable of the Triton kernel; name it otherwise (ks0, ks1, ...)")
+
+
 class _Renderer:
     def __init__(self, kernel: Kernel) -> None:
         self.k = kernel
@@ -132,8 +154,13 @@ class _Renderer:
         self.lines: list[str] = []
         self.helpers: set[str] = set()
         self.int64 = self._needs_int64()
-        # dim index -> variable name, per kind; built lazily per scope
         self.symbols = kernel.symbols()
+        self.dynamic = kernel.is_dynamic
+        # Lane indices of argmax/argmin: a loop over a run-time rnumel counts in int64, and a
+        # loop-carried value must keep its type.
+        self.index_type = "tl.int64" if self.dynamic else "tl.int32"
+        self.big_index = 2**63 - 1 if self.dynamic else _BIG_INDEX
+        _check_names(kernel)
 
     # -- indexing -----------------------------------------------------------------------------
     def _needs_int64(self) -> bool:
@@ -162,8 +189,8 @@ class _Renderer:
         # Contiguous over these dims (row-major, times a common factor): the flat index itself.
         inner = st[-1]
         if isinstance(inner, int) and inner != 0:
-            expect = [inner * math.prod(sizes[i + 1:]) if all(isinstance(x, int) for x in sizes) else None
-                      for i in range(len(sizes))]
+            # Symbolic sizes compare by their canonical product text: (ks1*ks2) == (ks1*ks2).
+            expect = [product((inner, *sizes[i + 1:])) for i in range(len(sizes))]
             if expect == st:
                 return flat if inner == 1 else f"{flat} * {inner}"
         terms = []
@@ -278,7 +305,7 @@ class _Renderer:
             self.lines.append(f"{indent}t{i} = tl.reduce({masked}, 1, _{kind}_combine)[:, None]")
         else:
             self.helpers.add(kind)
-            self.lines.append(f"{indent}_idx = tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32), {_BIG_INDEX})")
+            self.lines.append(f"{indent}_idx = tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], {self.index_type}), {self.big_index})")
             self.lines.append(f"{indent}_, _best = tl.reduce(({masked}, _idx), 1, _{kind}_combine)")
             self.lines.append(f"{indent}t{i} = _best[:, None].to(tl.int64)")
 
@@ -290,7 +317,7 @@ class _Renderer:
         sdt = tl_dtype(src_dtype)
         self.lines.append(f"{indent}{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {sdt})")
         if kind in ("argmax", "argmin"):
-            self.lines.append(f"{indent}{acc}_i = tl.full([XBLOCK, RBLOCK], {_BIG_INDEX}, tl.int32)")
+            self.lines.append(f"{indent}{acc}_i = tl.full([XBLOCK, RBLOCK], {self.big_index}, {self.index_type})")
         self.loop_header(indent)
         inner = indent + "    "
         self.emit_ops(body, inner)
@@ -302,7 +329,7 @@ class _Renderer:
             self.lines.append(f"{inner}{acc} = _{kind}_combine({acc}, {masked})")
         else:
             self.helpers.add(kind)
-            idx = f"tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], tl.int32), {_BIG_INDEX})"
+            idx = f"tl.where(xmask & rmask, rindex + tl.zeros([XBLOCK, RBLOCK], {self.index_type}), {self.big_index})"
             self.lines.append(f"{inner}{acc}, {acc}_i = _{kind}_combine({acc}, {acc}_i, {masked}, {idx})")
         if kind == "sum":
             self.lines.append(f"{indent}t{i} = tl.sum({acc}, 1)[:, None]")
@@ -355,6 +382,11 @@ class _Renderer:
     def body(self) -> None:
         ind = "    "
         k = self.k
+        if self.dynamic:
+            # The extents, from the size arguments (a product is int64: the arguments are).
+            self.lines.append(f"{ind}xnumel = {expr_text(product(k.outer_sizes))}")
+            if self.reduction:
+                self.lines.append(f"{ind}rnumel = {expr_text(product(k.reduce_sizes))}")
         if not self.reduction:
             self.lines.append(f"{ind}xoffset = {self.pid()} * XBLOCK")
             self.lines.append(f"{ind}xindex = xoffset + tl.arange(0, XBLOCK)")
@@ -397,10 +429,13 @@ class _Renderer:
     def source(self) -> str:
         k = self.k
         self.body()
-        params = [b.name for b in k.buffers] + ["xnumel"]
-        if self.reduction:
-            params.append("rnumel")
-        params += [s.name for s in self.symbols if s.name not in ("xnumel", "rnumel")]
+        params = [b.name for b in k.buffers]
+        if self.dynamic:
+            params += [f"{s.name}: tl.int64" for s in self.symbols]
+        else:
+            params.append("xnumel")
+            if self.reduction:
+                params.append("rnumel")
         params.append("XBLOCK: tl.constexpr")
         if self.reduction:
             params.append("RBLOCK: tl.constexpr")
@@ -409,6 +444,10 @@ class _Renderer:
             head.append(_HELPERS[name].strip("\n"))
             head.append("")
         head.append("")
-        head.append("@_jit")
+        if self.dynamic:
+            names = tuple(s.name for s in self.symbols)
+            head.append(f"@_jit(do_not_specialize={names!r})")
+        else:
+            head.append("@_jit")
         head.append(f"def {k.name}({', '.join(params)}):")
         return "\n".join(head + self.lines) + "\n"

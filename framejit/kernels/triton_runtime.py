@@ -8,6 +8,11 @@
   the interpreter the first config is used (timing it says nothing).
 * **Launch**: :class:`Launcher` allocates the outputs and calls the kernel; once its config is
   known a call does no other Python work.
+* **Run-time sizes**: a dynamic kernel is called ``launcher(*inputs, *sizes)``. Its config is
+  chosen (tuned on a GPU) at the first call, for that call's sizes, among configs that are
+  correct for every size (its reductions over run-time extents loop, see triton_render); the
+  grid is computed per call in the generated launch function from the sizes. One Triton
+  function serves every size: its size arguments are not specialized.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 
 from .. import record
 from . import triton_render
-from .ir import Kernel, product
+from .ir import Kernel, evaluate, expr_text, product
 from .launch import KernelLauncher, cache_dir
 from .triton_render import is_persistent, render
 
@@ -108,8 +113,28 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def configs(kernel: Kernel, interpret: bool) -> list[dict]:
-    """Launch configs to try, best guess first."""
+#: The smallest ``RBLOCK`` of a reduction over a run-time extent: the first call's rows may be
+#: short (one token) and later ones long, and every call loops over the block chosen first.
+DYNAMIC_MIN_RBLOCK = 32
+
+
+def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = None) -> list[dict]:
+    """Launch configs to try, best guess first. A dynamic kernel's are chosen for the sizes
+    ``values`` (of its first call) and are correct for every size: a reduction over a run-time
+    extent loops, so any ``RBLOCK`` covers any ``rnumel`` (longer rows than the first call's
+    loop over it); a static extent is the same at every call."""
+    if kernel.is_dynamic:
+        # The static kernel of these sizes is persistent whenever the dynamic one is (it has the
+        # same static rnumel, and at least as many unit strides), so its persistent configs
+        # hold the whole row; its looped configs serve a looped dynamic kernel as they are.
+        static = kernel.specialize(values)
+        found = configs(static, interpret)
+        if (kernel.is_reduction and not isinstance(product(kernel.reduce_sizes), int)
+                and is_persistent(static)):
+            # Blocks sized to hold the first call's (short) rows: later rows may be far longer.
+            found = [_widen_rblock(c) for c in found]
+            found = [c for i, c in enumerate(found) if c not in found[:i]]
+        return found
     xnumel = product(kernel.outer_sizes)
     xnumel = xnumel if isinstance(xnumel, int) else 1 << 20
     if not kernel.is_reduction:
@@ -146,8 +171,19 @@ def configs(kernel: Kernel, interpret: bool) -> list[dict]:
             {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
 
 
+def _widen_rblock(config: dict) -> dict:
+    """``config`` with ``RBLOCK`` at least :data:`DYNAMIC_MIN_RBLOCK`, and no more than 1024
+    elements per block where it had fewer."""
+    if config["RBLOCK"] >= DYNAMIC_MIN_RBLOCK:
+        return config
+    elems = max(1024, config["XBLOCK"] * config["RBLOCK"])
+    xblock = max(1, min(config["XBLOCK"], elems // DYNAMIC_MIN_RBLOCK))
+    return {**config, "XBLOCK": xblock, "RBLOCK": DYNAMIC_MIN_RBLOCK}
+
+
 class Launcher(KernelLauncher):
-    """Runs one kernel: ``launcher(*inputs) -> output tensor or tuple of them``.
+    """Runs one kernel: ``launcher(*inputs, *sizes) -> output tensor or tuple of them``
+    (``sizes``: the values of ``kernel.symbols()``, none for a static kernel).
 
     ``outputs``: (sizes, strides, dtype, device) of each output; ``seed_index``: position of the
     random-seed argument among the kernel inputs (drawn per call from the device's generator,
@@ -159,27 +195,48 @@ class Launcher(KernelLauncher):
     def __init__(self, kernel: Kernel, outputs: list[tuple], device: torch.device,
                  seed_index: int | None) -> None:
         self.kernel = kernel
-        self.device = device
+        self.device = device = torch.device(device)
         check_device(device)
         self.interpret = interpreter_enabled()
         self.source = render(kernel)
         self.fn = load_kernel(kernel, self.source)
         self.outputs = outputs
         self.seed_index = seed_index
-        self.xnumel = int(product(kernel.outer_sizes))
-        self.rnumel = int(product(kernel.reduce_sizes)) if kernel.is_reduction else None
-        self.configs = configs(kernel, self.interpret)
+        #: The values of the run-time sizes the config was chosen for (the first call's).
+        self.values: dict[str, int] = {}
+        if kernel.is_dynamic:
+            # Set at the first call, from its sizes (see _bind_first).
+            self.xnumel = self.rnumel = None
+            self.configs = []
+        else:
+            self.xnumel = int(product(kernel.outer_sizes))
+            self.rnumel = int(product(kernel.reduce_sizes)) if kernel.is_reduction else None
+            self.configs = configs(kernel, self.interpret)
         self.config: dict | None = None
         self.grid: tuple | None = None
         self.digest = source_hash(self.source)
 
+    def _bind_first(self, values: dict[str, int]) -> None:
+        """A dynamic kernel's first call: the sizes its config is chosen (tuned) for."""
+        self.values = values
+        self.xnumel = evaluate(product(self.kernel.outer_sizes), values)
+        if self.kernel.is_reduction:
+            self.rnumel = evaluate(product(self.kernel.reduce_sizes), values)
+        self.configs = configs(self.kernel, self.interpret, values)
+
     def _set_config(self, config: dict) -> None:
+        """Use ``config``; ``grid`` and ``scalars`` (the kernel's int arguments) are then those
+        of the static sizes, or of a dynamic kernel's first call."""
         self.config = config
         self.grid = (-(-self.xnumel // config["XBLOCK"]),)
-        self.scalars = (self.xnumel,) if self.rnumel is None else (self.xnumel, self.rnumel)
+        if self.kernel.is_dynamic:
+            self.scalars = tuple(self.values[s.name] for s in self.kernel.symbols())
+        else:
+            self.scalars = (self.xnumel,) if self.rnumel is None else (self.xnumel, self.rnumel)
 
     def _allocate(self) -> list[torch.Tensor]:
-        return [torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+        at = lambda e: tuple(evaluate(x, self.values) for x in e)  # noqa: E731
+        return [torch.empty_strided(at(size), at(stride), dtype=dtype, device=self.device)
                 for size, stride, dtype in self.outputs]
 
     def _args(self, inputs: tuple) -> list:
@@ -192,8 +249,16 @@ class Launcher(KernelLauncher):
 
     def _build_fast(self) -> None:
         """The launch function specialised to the chosen config (see launch.launch_function)."""
-        scalars = ", ".join(repr(v) for v in self.scalars)
         config = ", ".join(f"{key}={value!r}" for key, value in self.config.items())
+        if self.kernel.is_dynamic:
+            # The grid from this call's sizes: one integer expression, no Python loop.
+            xblock = self.config["XBLOCK"]
+            xnumel = expr_text(product(self.kernel.outer_sizes))
+            grid = f"(({xnumel} + {xblock - 1}) // {xblock},)"
+            self._set_fast(f"_run({{args}}{{syms}}, grid={grid}, warmup=False, {config})",
+                           {"_run": self.fn.run})
+            return
+        scalars = ", ".join(repr(v) for v in self.scalars)
         self._set_fast(f"_run({{args}}, {scalars}, {config})", {"_run": self.fn[self.grid]})
 
     def _first_call(self, inputs: tuple):
@@ -202,9 +267,12 @@ class Launcher(KernelLauncher):
         # Only compile errors are caught: anything else (a signal handler's exception, an
         # error of the launch itself) propagates.
         t0 = time.perf_counter()
+        tensors, values = self.bind_sizes(inputs)
         try:
-            self._tune(inputs)
-            self._warmup(inputs)
+            if self.kernel.is_dynamic:
+                self._bind_first(values)
+            self._tune(tensors)
+            self._warmup(tensors)
         except compile_errors() as e:
             return self._use_fallback(e, inputs)
         finally:
