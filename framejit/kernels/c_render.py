@@ -352,6 +352,8 @@ class _Renderer:
                 return f"fj_bf2f({ref})"
             return ref if b.dtype == dt else f"({ct}){ref}"
         if k == "const":
+            if isinstance(op.args[0], Sym):  # a run-time size as a value (a mean's count)
+                return f"(({ct})({op.args[0]}))"
             return _literal(op.args[0], dt)
         if k == "rand":
             return f"fj_rand((uint64_t){op.args[0]}_seed, (uint64_t)(x * {self.rnumel} + r))"

@@ -243,6 +243,8 @@ class _Renderer:
         if k == "load":
             return f"tl.load({a[0]} + ({self.address(op.args[0], op.level)}), mask={self.mask(op.level)}, other=0).to({dt})"
         if k == "const":
+            if isinstance(op.args[0], Sym):  # a run-time size as a value (a mean's count)
+                return f"(tl.zeros({self.shape(op.level)}, {dt}) + ({op.args[0]}).to({dt}))"
             return f"tl.full({self.shape(op.level)}, {_literal(op.args[0], op.dtype)}, {dt})"
         if k == "rand":
             offset = "xindex" if not self.reduction else "xindex * rnumel + rindex"

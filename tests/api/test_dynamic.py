@@ -362,15 +362,20 @@ def test_reductions_over_a_dynamic_last_dim(stats, op):
 
 
 @pytest.mark.parametrize("backend", ["triton", "c", "default"])
-def test_kernel_backends_run_symbolic_graphs_eagerly(stats, backend):
+def test_kernel_backends_serve_every_size_with_one_set_of_kernels(stats, backend):
     def body(x):
-        return torch.softmax(x * 2, -1).sum(0)
+        return torch.softmax(x * 2, -1).sum(0), x.mean(-1)
 
     f = framejit.compile(body, backend=backend)
-    for m in (5, 6, 9):
+    kernels = []
+    for m in (5, 6, 9, 17):
         x = torch.randn(4, m)
         torch.testing.assert_close(f(x), body(x))
+        kernels.append(framejit.stats()["kernels"])
     assert stats.graphs == 2
+    static = kernels[0]
+    assert static >= 2 and kernels[1] > static  # the dynamic graph has kernels of its own...
+    assert kernels[1] == kernels[2] == kernels[3]  # ...which serve the sizes after it
 
 
 def test_guard_failure_is_explained_for_other_changes(stats):

@@ -1,8 +1,8 @@
 """The kernel pipeline on graphs with symbolic sizes: one kernel serves every size.
 
-The kernels here run in the reference interpreter of the description (the renderers' own tests
-of run-time sizes are test_c_dynamic.py and test_triton_dynamic.py; test_dynamic_renderers.py
-runs these programs through them)."""
+Each program runs through the reference interpreter of the description, the C renderer and the
+Triton renderer (its interpreter, on CPU tensors); the renderers' own tests of run-time sizes are
+test_c_dynamic.py and test_triton_dynamic.py."""
 
 import operator
 
@@ -17,23 +17,33 @@ from framejit.passes import run_passes
 from framejit.passes.symbolic import NotSizeGeneric, symbolic_shapes
 from framejit.testing import assert_close_to_eager
 
+from framejit.kernels.c_runtime import CLauncher
+from framejit.kernels.triton_runtime import Launcher
+
 from .conftest import KernelCompiler
+
+LAUNCHERS = {"reference": ReferenceLauncher, "c": CLauncher, "triton": Launcher}
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def launcher(request):
+    return LAUNCHERS[request.param]
 
 aten = torch.ops.aten
 
 
-def compiled(fn, launcher=ReferenceLauncher, **options):
+def compiled(fn, launcher, **options):
     backend = KernelCompiler(launcher)
     name = f"dyn_{id(backend)}"
     framejit.backends.register_backend(name, backend)
     return framejit.compile(fn, backend=name, **options), backend
 
 
-def test_ten_row_counts_take_two_graphs_and_the_second_has_run_time_sizes():
+def test_ten_row_counts_take_two_graphs_and_the_second_has_run_time_sizes(launcher):
     def fn(x, w):
         return torch.softmax(x * w, dim=-1) + x.sum(0, keepdim=True)
 
-    cfn, backend = compiled(fn)
+    cfn, backend = compiled(fn, launcher)
     w = torch.randn(16)
     for n in range(2, 12):
         x = torch.randn(n, 16)
@@ -47,12 +57,12 @@ def test_ten_row_counts_take_two_graphs_and_the_second_has_run_time_sizes():
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (4, 33), (2, 2)])
-def test_reductions_over_a_dynamic_last_dim(shape):
+def test_reductions_over_a_dynamic_last_dim(shape, launcher):
     def fn(x):
         return (torch.softmax(x, -1), torch.log_softmax(x * 2, -1), x.mean(-1), x.amax(-1),
                 x.argmax(-1), (x - x.mean(-1, keepdim=True)).pow(2).sum(-1))
 
-    cfn, backend = compiled(fn, dynamic=True)
+    cfn, backend = compiled(fn, launcher, dynamic=True)
     for sizes in [shape, (shape[0] + 3, shape[1] * 2 + 1)]:
         x = torch.randn(sizes)
         assert_close_to_eager(cfn(x), fn(x))
@@ -61,11 +71,11 @@ def test_reductions_over_a_dynamic_last_dim(shape):
     assert only.framejit_kernels and all(k.kernel.symbols() for k in only.framejit_kernels)
 
 
-def test_a_mean_divides_by_the_run_time_count():
+def test_a_mean_divides_by_the_run_time_count(launcher):
     def fn(x):
         return x.mean(0) * 3
 
-    cfn, backend = compiled(fn, dynamic=True)
+    cfn, backend = compiled(fn, launcher, dynamic=True)
     for n in (4, 9):
         x = torch.randn(n, 6)
         assert_close_to_eager(cfn(x), fn(x))
@@ -74,11 +84,11 @@ def test_a_mean_divides_by_the_run_time_count():
     assert any(isinstance(c, Sym) for c in consts), [str(k.kernel) for k in only.framejit_kernels]
 
 
-def test_mark_dynamic_serves_five_sizes_with_one_graph_and_its_kernels():
+def test_mark_dynamic_serves_five_sizes_with_one_graph_and_its_kernels(launcher):
     def fn(x, b):
         return torch.relu(x + b).sum(-1)
 
-    cfn, backend = compiled(fn)
+    cfn, backend = compiled(fn, launcher)
     b = torch.randn(8)
     for n in (3, 5, 7, 11, 2):
         x = torch.randn(n, 8)
@@ -88,11 +98,11 @@ def test_mark_dynamic_serves_five_sizes_with_one_graph_and_its_kernels():
     assert framejit.stats()["kernels"] == len(backend.compiled[0].framejit_kernels) >= 1
 
 
-def test_kernel_input_from_a_torch_op_is_checked_with_run_time_strides():
+def test_kernel_input_from_a_torch_op_is_checked_with_run_time_strides(launcher):
     def fn(x, w):
         return torch.softmax(x @ w, dim=-1) * 2
 
-    cfn, backend = compiled(fn, dynamic=True)
+    cfn, backend = compiled(fn, launcher, dynamic=True)
     w = torch.randn(6, 5)
     for n in (3, 8):
         x = torch.randn(n, 6)
@@ -105,13 +115,13 @@ def test_kernel_input_from_a_torch_op_is_checked_with_run_time_strides():
     assert kernel.layout_misses == 0
 
 
-def test_size_arithmetic_in_views_between_kernels():
+def test_size_arithmetic_in_views_between_kernels(launcher):
     def fn(x):
         n = x.shape[0]
         y = (x * 2).view(n * 2, -1)
         return torch.softmax(y, dim=-1) + 1
 
-    cfn, _ = compiled(fn, dynamic=True)
+    cfn, _ = compiled(fn, launcher, dynamic=True)
     for n in (2, 5):
         x = torch.randn(n, 8)
         assert_close_to_eager(cfn(x), fn(x))
