@@ -219,7 +219,11 @@ def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
         if dim is None:
             made[expr] = node_of(node)
             return made[expr]
-        result = graph.call_function(_size_of, (node_of(node), dim))
+        shape = made.get(("shape", node))
+        if shape is None:  # one read of the tensor's shape, then an index per size
+            shape = made[("shape", node)] = graph.call_function(getattr, (node_of(node), "shape"))
+            shape.meta["val"] = torch.Size(node.meta["val"].shape)
+        result = graph.call_function(operator.getitem, (shape, dim))
     elif isinstance(expr, (sympy.Mul, sympy.Add)):
         fn = operator.mul if isinstance(expr, sympy.Mul) else operator.add
         terms = [size_node(a, shapes, graph, made, node_of) for a in expr.args]
@@ -237,7 +241,3 @@ def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
         result.meta["val"] = int(expr.xreplace(shapes.hint))
     made[expr] = result
     return result
-
-
-def _size_of(t: torch.Tensor, dim: int) -> int:
-    return t.shape[dim]
