@@ -85,7 +85,9 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
         except NotSizeGeneric as e:
             fn = gm.forward_fn
             fn.framejit_kernels = []  # type: ignore[attr-defined]
-            fn.framejit_eager_reason = f"symbolic sizes: {e}"  # type: ignore[attr-defined]
+            fn.framejit_eager_reason = reason = (  # type: ignore[attr-defined]
+                f"it has symbolic sizes and runs as torch ops: {e}")
+            record.emit(record.KernelsDeclined(reason=reason))
             return fn
     elif "cpu" in devices:
         channels_last_convs(graph)

@@ -158,6 +158,16 @@ class KernelCompiled(Event):
 
 
 @dataclass
+class KernelsDeclined(Event):
+    """A graph runs as torch ops under a kernel backend, and why (a graph with symbolic sizes
+    that holds only for some sizes, say)."""
+
+    reason: str = ""
+
+    kind = "kernels_declined"
+
+
+@dataclass
 class KernelBuilt(Event):
     """Generated kernels were compiled (C compiler, Triton) or found in the disk cache."""
 

@@ -112,6 +112,9 @@ def read(event: record.Event) -> None:
             group = "\n".join(event.group)
             _print("kernels", f"kernel {event.name} ({event.language}, {event.device}) fuses:\n"
                               f"{group}\n{event.source}")
+    elif isinstance(event, record.KernelsDeclined):
+        if "kernels" in on:
+            _print("kernels", f"no kernels for a graph: {event.reason}")
     elif isinstance(event, record.KernelBuilt):
         if "perf" in on:
             how = "found in the disk cache" if event.cached else "compiled"

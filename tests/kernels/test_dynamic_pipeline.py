@@ -179,3 +179,34 @@ def test_passes_keep_a_mean_over_symbolic_sizes():
     targets = {n.target for n in static.nodes}
     assert aten.mean.dim not in targets and aten.div.Tensor in targets
     assert operator.mul not in targets
+
+
+def test_a_graph_that_is_not_size_generic_runs_as_torch_ops_and_says_why(capsys):
+    from framejit import record
+    from framejit.debug import logs
+    from framejit.fx_ir import GraphModule
+    from framejit.pipeline import compile_with_kernels
+
+    g = Graph()
+    x = _placeholder(g, "x", (5, 4), ("s0", 4))
+    v = g.call_function(aten.view.default, (x, [20]))
+    v.meta["val"] = torch.empty(20, device="meta")
+    v.meta["device"] = torch.device("cpu")
+    r = g.call_function(aten.relu.default, (v,))
+    r.meta["val"] = torch.empty(20, device="meta")
+    r.meta["device"] = torch.device("cpu")
+    g.output(r)
+    seen = []
+    record.subscribe(seen.append)
+    logs.set_logs("kernels")
+    try:
+        fn = compile_with_kernels(GraphModule({}, g), [], ("cpu",), launcher=ReferenceLauncher)
+    finally:
+        logs.set_logs()
+        record.unsubscribe(seen.append)
+    assert fn.framejit_kernels == []
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(fn(x), x.view(20).relu())
+    (declined,) = [e for e in seen if isinstance(e, record.KernelsDeclined)]
+    assert "symbolic sizes" in declined.reason and "only for some sizes" in declined.reason
+    assert "no kernels for a graph: it has symbolic sizes" in capsys.readouterr().err
