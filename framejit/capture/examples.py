@@ -9,8 +9,8 @@ ways chosen here:
   expressions of the inputs' sizes;
 * under autocast: on fake tensors that report their real device, so that torch's own autocast
   rules pick the dtypes as in eager; results become plain meta tensors;
-* otherwise: on meta tensors, memoised on the inputs' metadata (many meta kernels are Python
-  reference implementations costing 10-500 µs a call).
+* otherwise: on meta tensors, by fx_ir's memoised :func:`~framejit.fx_ir.run_on_meta` (many
+  meta kernels are Python reference implementations costing 10-500 µs a call).
 
 Real tensors become examples through fx_ir's one real→meta conversion (:func:`meta_from_real`).
 """
@@ -20,7 +20,12 @@ from __future__ import annotations
 import torch
 
 from ..errors import Unsupported
-from ..fx_ir import to_meta
+from ..fx_ir import (
+    clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
+    fresh_meta,
+    run_on_meta,
+    to_meta,
+)
 from .guards import any_autocast_enabled
 from .shapes import DynamicShapeError
 
@@ -79,7 +84,7 @@ def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, ca
     fails so, it is run again with a list of that many numbers in the tensor's place: the
     results' metadata do not depend on the numbers."""
     try:
-        return _run_on_meta(kind, target, meta_args, meta_kwargs, cacheable=cacheable)
+        return run_on_meta(kind, target, meta_args, meta_kwargs, memo=cacheable)
     except RuntimeError as e:
         if not (getattr(target, "__name__", "").startswith("_foreach_") and "scalars" in str(e)):
             raise
@@ -88,86 +93,7 @@ def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, ca
             example = getattr(a, "example", None)  # a tensor value's
             if isinstance(example, torch.Tensor) and example.dim() == 1 and a.device.type == "cpu":
                 retry[i] = [1.0] * a.example.shape[0]
-        return _run_on_meta(kind, target, retry, meta_kwargs, cacheable=cacheable)
-
-
-# -- meta execution, memoised ---------------------------------------------------------------------
-#
-# Many of torch's meta kernels are Python reference implementations costing 10-500 µs per call,
-# which dominates capture time. A meta kernel sees only metadata, so its result is a function of
-# the inputs' metadata, the constant arguments and grad mode: results are memoised on exactly
-# that, and in-place ops (which may change their input's metadata) always run.
-
-_meta_memo: dict = {}
-_MEMO_LIMIT = 50_000
-
-
-class _Uncacheable(Exception):
-    pass
-
-
-def _signature(v):
-    if isinstance(v, torch.Tensor):
-        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, v.requires_grad)
-    if isinstance(v, (tuple, list)):
-        return (type(v), tuple(_signature(x) for x in v))
-    if isinstance(v, dict):
-        return (dict, tuple((k, _signature(x)) for k, x in v.items()))
-    try:
-        hash(v)
-    except TypeError:
-        raise _Uncacheable from None
-    return (type(v), v)
-
-
-def _template(r):
-    if isinstance(r, torch.Tensor):
-        return ("T", tuple(r.shape), tuple(r.stride()), r.dtype, r.requires_grad)
-    if isinstance(r, (tuple, list)):
-        return (type(r), tuple(_template(x) for x in r))
-    if r is None or isinstance(r, (bool, int, float, torch.dtype, torch.Size)):
-        return ("C", r)
-    raise _Uncacheable
-
-
-def _rebuild(t):
-    tag = t[0]
-    if tag == "T":
-        _, shape, stride, dtype, requires_grad = t
-        m = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-        return m.requires_grad_(True) if requires_grad else m
-    if tag == "C":
-        return t[1]
-    items = [_rebuild(x) for x in t[1]]
-    if tag is list:
-        return items
-    if tag is tuple:
-        return tuple(items)
-    return tag(items)  # torch.return_types structseqs take one sequence
-
-
-def _run_on_meta(kind, target, args, kwargs, cacheable: bool):
-    key = None
-    if cacheable:
-        try:
-            key = (kind, target, _signature(args), _signature(kwargs), torch.is_grad_enabled())
-            hit = _meta_memo.get(key)
-        except _Uncacheable:
-            key = hit = None
-        if hit is not None:
-            return _rebuild(hit)
-    if kind == "call_method":
-        result = getattr(args[0], target)(*args[1:], **kwargs)
-    else:
-        result = target(*args, **kwargs)
-    if key is not None:
-        try:
-            if len(_meta_memo) >= _MEMO_LIMIT:
-                _meta_memo.clear()
-            _meta_memo[key] = _template(result)
-        except _Uncacheable:
-            pass
-    return result
+        return run_on_meta(kind, target, retry, meta_kwargs, memo=cacheable)
 
 
 # -- under autocast ------------------------------------------------------------------------------
@@ -214,8 +140,8 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
     if shapes is not None:
         return result  # fake tensors with symbolic sizes stay the examples
     try:
-        return _rebuild(_template(result))
-    except _Uncacheable:
+        return fresh_meta(result)
+    except TypeError:
         raise Unsupported(f"{readable_call(kind, target)} {what}returned a "
                           f"{type(result).__name__}, which framejit cannot track") from None
 
@@ -243,10 +169,6 @@ def _check_dtypes_agree(kind, target, meta_args) -> None:
         raise Unsupported(f"{readable_call(kind, target)} of tensors of different dtypes ({dtypes}), "
                           "which raises RuntimeError in PyTorch",
                           "convert the operands to one dtype")
-
-
-def clear_meta_memo() -> None:
-    _meta_memo.clear()
 
 
 def _is_factory(target) -> bool:

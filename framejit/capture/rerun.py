@@ -17,13 +17,13 @@ nothing behind:
 
 from __future__ import annotations
 
-import operator
 import types
 from dataclasses import dataclass
 
 import torch
 
 from .. import _C
+from ..fx_ir import is_inplace
 from . import compat
 
 #: Operations whose errors depend on the values of their inputs (not checked on meta examples).
@@ -49,10 +49,6 @@ _VIEWS = frozenset({
     "view_as_real", "view_as_complex", "data", "getattr", "split_with_sizes", "hsplit", "vsplit",
     "dsplit", "squeeze_", "unsqueeze_", "transpose_", "t_", "requires_grad_",
 })
-_INPLACE_OPERATORS = frozenset({operator.iadd, operator.isub, operator.imul, operator.itruediv,
-                                operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
-                                operator.iand, operator.ior, operator.ixor, operator.ilshift,
-                                operator.irshift, operator.setitem})
 
 
 @dataclass
@@ -77,10 +73,7 @@ def _is_inplace(node) -> bool:
     first = node.args[0] if node.args else None
     if not isinstance(getattr(first, "meta", {}).get("val"), torch.Tensor):
         return False  # `n += 1` on a number carried in as an input is no write
-    if node.op == "call_function" and node.target in _INPLACE_OPERATORS:
-        return True
-    name = _name(node)
-    return name.endswith("_") and not name.endswith("__")
+    return is_inplace(node.op, node.target, node.kwargs)
 
 
 def root(node):

@@ -1,5 +1,5 @@
 """framejit's graph IR: nodes, graphs, generated Python, meta propagation, torch.fx export and
-import.
+import, example values (meta results, memoised).
 
 Example::
 
@@ -15,12 +15,13 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
+from .examples import clear_meta_memo, fresh_meta, run_on_meta
 from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
 from .meta import MetaPropagationError, describe, has_symbolic_sizes, propagate_meta, to_meta
-from .node import OPS, Node, map_aggregate, map_arg
+from .node import OPS, Node, is_inplace, map_aggregate, map_arg
 from .to_torch import to_torch_fx
 
 __all__ = [
@@ -33,11 +34,15 @@ __all__ = [
     "Node",
     "PythonCode",
     "UnsupportedGraphError",
+    "clear_meta_memo",
     "describe",
+    "fresh_meta",
     "has_symbolic_sizes",
+    "is_inplace",
     "map_aggregate",
     "map_arg",
     "propagate_meta",
+    "run_on_meta",
     "to_meta",
     "from_torch_fx",
     "to_torch_fx",

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .examples import run_on_meta
 from .node import Node, map_aggregate
 
 # Abbreviations used wherever a dtype is printed. Newer dtypes are added only when this torch
@@ -146,12 +147,11 @@ def _call_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> An
     """Run one call node on meta values. Device arguments are redirected to meta: a factory
     (``torch.ones(3, device=d)``) allocates nothing and a device move (``x.to("cuda")``,
     ``x.cpu()``) stays on meta, where the real device cannot be reached. A tensor that still
-    comes out on a real device (``torch.ones(3)`` with the default device) is converted."""
+    comes out on a real device (``torch.ones(3)`` with the default device) is converted. Runs
+    are memoised (:func:`~framejit.fx_ir.run_on_meta`)."""
     if "device" in kwargs:
         kwargs = {**kwargs, "device": "meta"}
-    if op == "call_function":
-        value = target(*args, **kwargs)
-    else:
+    if op == "call_method":
         obj, *rest = args
         if target in _DEVICE_MOVES and isinstance(obj, torch.Tensor):
             if target == "to":
@@ -159,7 +159,8 @@ def _call_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> An
             else:  # .cuda(device=None, non_blocking=False, memory_format=...) and .cpu(...)
                 target, rest = "to", ["meta"]
                 kwargs = {k: v for k, v in kwargs.items() if k == "memory_format"}
-        value = getattr(obj, target)(*rest, **kwargs)
+            args = (obj, *rest)
+    value = run_on_meta(op, target, args, kwargs)
     return map_aggregate(
         value,
         lambda x: _tensor_to_meta(x)

@@ -34,12 +34,11 @@ if TYPE_CHECKING:
 #   output         args[0] is the (nested) value the graph returns
 OPS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
 
-# Functions that have an effect beyond their result. operator's in-place forms mutate tensors
-# (``a += b`` on a tensor becomes operator.iadd); setitem/delitem mutate their container.
-_SIDE_EFFECT_FUNCTIONS: frozenset[Any] = frozenset(
+# Python's in-place operators write into their first argument: ``a += b`` on a tensor becomes
+# operator.iadd, ``a[i] = v`` operator.setitem; as tensor methods, ``__iadd__``, ``__setitem__``.
+INPLACE_OPERATORS: frozenset[Any] = frozenset(
     {
         operator.setitem,
-        operator.delitem,
         operator.iadd,
         operator.isub,
         operator.imul,
@@ -53,6 +52,19 @@ _SIDE_EFFECT_FUNCTIONS: frozenset[Any] = frozenset(
         operator.ixor,
         operator.ilshift,
         operator.irshift,
+    }
+)
+_INPLACE_DUNDERS = frozenset(
+    {"__setitem__"}
+    | {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")}
+    | {f"__i{op}__" for op in ("matmul", "and", "or", "xor", "lshift", "rshift")}
+)
+
+# Functions that have an effect beyond their result: the in-place operators, delitem (mutates
+# its container), assertions and the random generator's state.
+_SIDE_EFFECT_FUNCTIONS: frozenset[Any] = INPLACE_OPERATORS | frozenset(
+    {
+        operator.delitem,
         torch.Tensor.__setitem__,
         torch.Tensor.__delitem__,
         torch._assert,
@@ -92,10 +104,8 @@ _RANDOM_FUNCTIONS: frozenset[Any] = frozenset(
 )
 
 # Tensor methods that mutate or draw random numbers although their name has no trailing "_".
-_SIDE_EFFECT_METHODS = frozenset(
-    {"__setitem__", "__delitem__", "bernoulli", "multinomial", "record_stream"}
-    | {f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow")}
-    | {f"__i{op}__" for op in ("matmul", "and", "or", "xor", "lshift", "rshift")}
+_SIDE_EFFECT_METHODS = _INPLACE_DUNDERS | frozenset(
+    {"__delitem__", "bernoulli", "multinomial", "record_stream"}
 )
 
 
@@ -103,6 +113,40 @@ def _is_inplace_name(name: str) -> bool:
     """``add_``, ``copy_``, ``relu_`` mutate their first argument; dunders such as ``__add__`` do
     not."""
     return name.endswith("_") and not name.endswith("__")
+
+
+def is_inplace(op: str, target: Any, kwargs: Any = None) -> bool:
+    """Whether a ``call_function``/``call_method`` writes into its first argument or ``out=``.
+
+    The one in-place rule of framejit: a name ending in a single ``_`` (``x.add_(y)``,
+    ``torch.relu_``, ``torch.Tensor.copy_``), Python's in-place operators (``operator.iadd``,
+    ``operator.setitem``, ``x.__iadd__``), an aten/prims overload whose schema writes its first
+    argument (``aten.add_.Tensor``), and any call with ``out=`` or ``inplace=True`` in
+    ``kwargs``. ``add`` and ``__add__`` are not in-place; neither are random draws (see
+    :meth:`Node.is_impure`)::
+
+        is_inplace("call_method", "add_")                    # True
+        is_inplace("call_function", operator.iadd)           # True
+        is_inplace("call_function", torch.add, {"out": z})   # True
+        is_inplace("call_function", torch.add)               # False
+    """
+    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
+        return True
+    if op == "call_method":
+        return isinstance(target, str) and (_is_inplace_name(target) or target in _INPLACE_DUNDERS)
+    if op != "call_function":
+        return False
+    if isinstance(target, torch._ops.OpOverload):
+        arguments = target._schema.arguments
+        alias = arguments[0].alias_info if arguments else None
+        return alias is not None and alias.is_write
+    try:
+        if target in INPLACE_OPERATORS:
+            return True
+    except TypeError:  # an unhashable callable is simply not in the table
+        pass
+    name = getattr(target, "__name__", "")
+    return isinstance(name, str) and (_is_inplace_name(name) or name in _INPLACE_DUNDERS)
 
 
 class Node:
@@ -318,10 +362,10 @@ class Node:
             return True
         if self.op not in ("call_function", "call_method"):
             return False
-        if "out" in self._kwargs:
+        if is_inplace(self.op, self.target, self._kwargs):
             return True
         if self.op == "call_method":
-            return _is_inplace_name(self.target) or self.target in _SIDE_EFFECT_METHODS
+            return self.target in _SIDE_EFFECT_METHODS
         if isinstance(self.target, torch._ops.OpOverload):
             # aten/prims overloads say it in their schema and tags: ``copy_`` and ``out=``
             # variants write to an argument, ``rand_like`` draws from the generator.
@@ -333,8 +377,7 @@ class Node:
                 return True
         except TypeError:  # an unhashable callable is simply not in the tables
             pass
-        name = getattr(self.target, "__name__", "")
-        return isinstance(name, str) and _is_inplace_name(name)
+        return False
 
     def format(self) -> str:
         """This node as one line of ``str(graph)``, e.g. ``%add : f32[4] = operator.add(%x, 1)``."""

@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, map_arg
-from .util import _meta_result
+from ..fx_ir import Graph, Node, map_arg, run_on_meta
 
 aten = torch.ops.aten
 F = torch.nn.functional
@@ -120,10 +119,8 @@ def _same_kind(a: Any, b: Any) -> bool:
 def _rerun(node: Node) -> Any:
     args = map_arg(node.args, lambda n: n.meta["val"])
     kwargs = map_arg(node.kwargs, lambda n: n.meta["val"])
-    if node.op == "call_method":
-        with torch.no_grad():
-            return getattr(args[0], node.target)(*args[1:], **kwargs)
-    return _meta_result(node.target, args, kwargs)
+    with torch.no_grad():
+        return run_on_meta(node.op, node.target, args, kwargs)
 
 
 def _restore_outputs(graph: Graph, output: Node, old: dict, created: list) -> None:

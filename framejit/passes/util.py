@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, map_arg
+from ..fx_ir import Graph, Node, map_arg, run_on_meta
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -167,56 +167,21 @@ def emit(
     ``meta["val"]`` computed by running ``target`` on the meta values of its inputs and
     ``meta["device"]`` (and the user's ``stack``) taken from ``like``, the node being replaced.
 
-    The meta value is computed first, so an op that refuses its arguments raises (RuntimeError)
-    before anything is added to the graph. It runs without autograd: the passes only rewrite
-    nodes that do not require grad.
+    The meta value is computed first (memoised, by fx_ir's :func:`run_on_meta`), so an op that
+    refuses its arguments raises (RuntimeError) before anything is added to the graph. It runs
+    without autograd: the passes only rewrite nodes that do not require grad.
     """
     kwargs = kwargs or {}
     meta_args = map_arg(args, lambda n: n.meta["val"])
     meta_kwargs = map_arg(kwargs, lambda n: n.meta["val"])
-    value = _meta_result(target, meta_args, meta_kwargs)
+    with torch.no_grad():
+        value = run_on_meta("call_function", target, meta_args, meta_kwargs)
     node = graph.call_function(target, args, kwargs, name=_short_name(target))
     node.meta["val"] = value
     node.meta["device"] = like.meta["device"]
     if "stack" in like.meta:
         node.meta["stack"] = like.meta["stack"]
     return node
-
-
-#: (target, argument signature) -> (sizes, strides, dtype) of a non-view tensor result: running
-#: an aten op on meta tensors goes through Python reference code (about 1 ms a call), and the
-#: layers of a model ask the same questions again.
-_META_MEMO: dict[Any, tuple] = {}
-
-
-def _signature(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return ("T", tuple(x.shape), x.stride(), x.dtype, x.storage_offset(), x.device.type)
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, *map(_signature, x))
-    if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.memory_format,
-                      torch.layout, torch.device)):
-        return (type(x).__name__, x)
-    raise TypeError  # not memoizable
-
-
-def _meta_result(target: Any, meta_args: tuple, meta_kwargs: dict) -> Any:
-    try:
-        key = (target, _signature(meta_args), _signature(tuple(sorted(meta_kwargs.items()))))
-    except TypeError:
-        key = None
-    found = _META_MEMO.get(key) if key is not None else None
-    if found is not None:
-        size, stride, dtype = found
-        return torch.empty_strided(size, stride, dtype=dtype, device="meta")
-    with torch.no_grad():
-        value = target(*meta_args, **meta_kwargs)
-    if key is not None and isinstance(value, torch.Tensor) and not value._is_view() \
-            and value.storage_offset() == 0:
-        if len(_META_MEMO) > 8192:
-            _META_MEMO.clear()
-        _META_MEMO[key] = (tuple(value.shape), value.stride(), value.dtype)
-    return value
 
 
 class Builder:

@@ -701,3 +701,30 @@ def test_product_of_different_dtypes_raises_before_earlier_side_effects_are_lost
     with pytest.raises(RuntimeError):
         framejit.compile(f)(torch.ones(2, 2), torch.ones(2), mine)
     assert mine == theirs == [1]
+
+
+# -- example values repeated from fx_ir's memo -----------------------------------------------------
+
+def test_repeated_view_keeps_its_storage_offset():
+    """The second ``x.narrow(0, 1, 2)`` must not come from a memo that forgets the offset:
+    ``storage_offset()`` is answered from the example."""
+    def f(x):
+        first = x.narrow(0, 1, 2)
+        second = x.narrow(0, 1, 2)
+        return first + second + second.storage_offset()
+
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))
+
+
+def test_repeated_op_on_a_tensor_that_requires_grad_can_be_changed_in_place():
+    """The second ``x * 2`` (from the memo) is a non-leaf like the first, so ``add_`` on it is
+    allowed as in eager."""
+    def f(x):
+        y = x * 2
+        z = x * 2
+        z.add_(1)
+        return y + z
+
+    x = torch.randn(3, requires_grad=True)
+    torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))

@@ -14,6 +14,7 @@ import operator
 import torch
 
 from ...errors import Unsupported
+from ...fx_ir import is_inplace
 from ..examples import example_result
 from ..examples import readable_call as _readable
 from .base import Value
@@ -441,19 +442,11 @@ def _meta_of_other(v: Value):
 
 
 def _is_inplace(kind, target, kwargs) -> bool:
-    if "out" in kwargs:
-        return True
-    if kind == "call_method":
-        return target.endswith("_") and not target.endswith("__")
-    if target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-                  operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
-                  operator.ixor, operator.ilshift, operator.irshift, operator.imatmul):
-        return True
-    kw_inplace = kwargs.get("inplace")
-    if kw_inplace is not None and kw_inplace.is_constant() and kw_inplace.as_constant():
-        return True
-    name = getattr(target, "__name__", "")
-    return name.endswith("_") and not name.endswith("__")
+    """fx_ir's in-place rule, reading a constant ``inplace=`` argument by its value."""
+    flag = kwargs.get("inplace")
+    if flag is not None and flag.is_constant():
+        kwargs = {**kwargs, "inplace": flag.as_constant()}
+    return is_inplace(kind, target, kwargs)
 
 
 def _infer_device(kind, target, args, kwargs, devices) -> torch.device:

@@ -1,0 +1,167 @@
+"""fx_ir/examples.py: the one memoised meta runner, and fx_ir's one in-place rule."""
+
+import operator
+
+import pytest
+import torch
+
+from framejit.fx_ir import clear_meta_memo, fresh_meta, is_inplace, run_on_meta
+from framejit.fx_ir import examples as engine
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def empty_memo():
+    clear_meta_memo()
+    yield
+    clear_meta_memo()
+
+
+def meta(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def same_metadata(a, b):
+    return (a.shape, a.stride(), a.storage_offset(), a.dtype, a.requires_grad) == \
+        (b.shape, b.stride(), b.storage_offset(), b.dtype, b.requires_grad)
+
+
+def test_memo_hit_is_a_fresh_tensor_of_the_same_metadata():
+    x = meta(4, 6).t()  # strides (1, 6)
+    first = run_on_meta("call_function", torch.mul, (x, 2.0), {})
+    assert len(engine._memo) == 1
+    second = run_on_meta("call_function", torch.mul, (x, 2.0), {})
+    third = run_on_meta("call_function", torch.mul, (x, 2.0), {})
+    assert second is not first and third is not second
+    assert same_metadata(second, first) and second.stride() == (1, 6)
+    assert len(engine._memo) == 1
+
+
+def test_memo_key_tells_dtypes_strides_offsets_and_arguments_apart():
+    run = lambda *args: run_on_meta("call_function", torch.sum, args, {})  # noqa: E731
+    assert run(meta(4, 6), 0).shape == (6,)
+    assert run(meta(4, 6), 1).shape == (4,)
+    assert run(meta(4, 6, dtype=torch.int32), 1).dtype == torch.int64
+    base = meta(5, 6)
+    assert run(base[1:], 0).shape == (6,)  # an input with a storage offset: its own entry
+    assert run_on_meta("call_method", "sum", (meta(4, 6),), {"dim": 1}).shape == (4,)
+    assert len(engine._memo) == 5
+
+
+def test_tuples_and_named_tuples_come_back_fresh():
+    x = meta(3, 5)
+    first = run_on_meta("call_function", torch.max, (x, 1), {})
+    second = run_on_meta("call_function", torch.max, (x, 1), {})
+    assert type(second) is type(first) and second.values is not first.values
+    assert same_metadata(second.values, first.values)
+    assert second.indices.dtype == torch.int64
+
+
+@pytest.mark.parametrize("call", [
+    ("call_method", "t", ()),
+    ("call_function", operator.getitem, (slice(1, None),)),  # storage offset 5
+    ("call_method", "narrow", (0, 1, 2)),
+    ("call_method", "detach", ()),  # not a view, but x's storage
+    ("call_method", "contiguous", ()),  # x itself
+])
+def test_views_and_aliases_are_not_memoised(call):
+    op, target, rest = call
+    x = meta(4, 5)
+    first = run_on_meta(op, target, (x, *rest), {})
+    second = run_on_meta(op, target, (x, *rest), {})
+    assert not engine._memo
+    assert same_metadata(second, first)
+    assert second.untyped_storage()._cdata == x.untyped_storage()._cdata  # as eager: shares x
+    if target is operator.getitem:
+        assert second.storage_offset() == 5
+
+
+def test_in_place_calls_always_run():
+    x = meta(2, 3)
+    run_on_meta("call_method", "unsqueeze_", (x, 0), {})
+    run_on_meta("call_method", "unsqueeze_", (x, 0), {})
+    assert x.shape == (1, 1, 2, 3) and not engine._memo
+    out = meta(2, 3)
+    run_on_meta("call_function", torch.add, (meta(2, 3), 1), {"out": out})
+    assert not engine._memo
+
+
+def test_requires_grad_results_stay_non_leaves():
+    """A memoised result of an op on a tensor that requires grad is a non-leaf, so that an
+    in-place op on it works as in eager."""
+    w = meta(3).requires_grad_(True)
+    run_on_meta("call_function", torch.mul, (w, 2), {})
+    y = run_on_meta("call_function", torch.mul, (w, 2), {})
+    assert y.requires_grad and not y.is_leaf
+    y.add_(1)
+    with torch.no_grad():  # without grad mode, requires_grad does not matter: its own entry
+        z = run_on_meta("call_function", torch.mul, (w, 2), {})
+    assert not z.requires_grad and len(engine._memo) == 2
+
+
+def test_factories_depend_on_the_default_dtype():
+    assert run_on_meta("call_function", torch.zeros, ((2,),), {"device": "meta"}).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert run_on_meta("call_function", torch.zeros, ((2,),), {"device": "meta"}).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_unhashable_arguments_and_errors():
+    x = meta(2, 3)
+
+    def scale(t, options):
+        return t * options["by"]
+
+    assert run_on_meta("call_function", scale, (x, {"by": 2}), {}).shape == (2, 3)  # dicts: keyed
+    assert len(engine._memo) == 1
+
+    class Options:
+        __hash__ = None
+        by = 2
+
+    assert run_on_meta("call_function", lambda t, o: t * o.by, (x, Options()), {}).shape == (2, 3)
+    assert len(engine._memo) == 1  # an unhashable argument: run, not memoised
+    with pytest.raises(RuntimeError):
+        run_on_meta("call_function", torch.mm, (x, x), {})
+    assert len(engine._memo) == 1  # nothing recorded for a failing call
+
+
+def test_fresh_meta_keeps_offsets_strides_and_leafness():
+    base = meta(4, 5)
+    w = meta(4, 5).requires_grad_(True)
+    views = fresh_meta((base[1:, ::2], (w * 2)[1:], [None, 3, torch.float16]))
+    v, g, rest = views
+    assert same_metadata(v, base[1:, ::2]) and v.storage_offset() == 5
+    assert same_metadata(g, (w * 2)[1:]) and not g.is_leaf
+    assert rest == [None, 3, torch.float16]
+    with pytest.raises(TypeError):
+        fresh_meta("a string")
+
+
+@pytest.mark.parametrize("op, target, kwargs, expected", [
+    ("call_method", "add_", None, True),
+    ("call_method", "copy_", None, True),
+    ("call_method", "__iadd__", None, True),
+    ("call_method", "__setitem__", None, True),
+    ("call_method", "add", None, False),
+    ("call_method", "__add__", None, False),
+    ("call_function", operator.iadd, None, True),
+    ("call_function", operator.setitem, None, True),
+    ("call_function", operator.add, None, False),
+    ("call_function", aten.add_.Tensor, None, True),
+    ("call_function", aten.copy_.default, None, True),
+    ("call_function", aten.add.Tensor, None, False),
+    ("call_function", torch.Tensor.copy_, None, True),
+    ("call_function", torch.relu_, None, True),
+    ("call_function", torch.add, None, False),
+    ("call_function", torch.add, {"out": None}, True),
+    ("call_function", torch.nn.functional.relu, {"inplace": True}, True),
+    ("call_function", torch.nn.functional.relu, {"inplace": False}, False),
+    ("placeholder", "x_", None, False),
+])
+def test_is_inplace(op, target, kwargs, expected):
+    assert is_inplace(op, target, kwargs) is expected
