@@ -361,7 +361,7 @@ def test_reductions_over_a_dynamic_last_dim(stats, op):
     assert stats.eager_frames == 0
 
 
-@pytest.mark.parametrize("backend", ["triton", "c", "default"])
+@pytest.mark.parametrize("backend", ["triton", "c"])  # ("default" is "c" on CPU tensors)
 def test_kernel_backends_serve_every_size_with_one_set_of_kernels(stats, backend):
     def body(x):
         return torch.softmax(x * 2, -1).sum(0), x.mean(-1)

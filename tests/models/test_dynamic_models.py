@@ -3,6 +3,7 @@ called with sequence lengths 1 to 48 compiles two graphs, the first static, and 
 the second graph's kernels serve every length."""
 
 import copy
+import os
 import warnings
 
 import pytest
@@ -30,8 +31,10 @@ def test_gpt2_growing_sequence_is_two_graphs(stats):
             torch.testing.assert_close(got, reference(ids[:, :length]).logits, rtol=1e-5, atol=1e-5)
             kernels.append(framejit.stats()["kernels"])
     assert stats.graphs == 2
-    # The second graph's C kernels take the sequence length at run time: none is built after it.
-    assert kernels[1] > kernels[0] > 0 and kernels[-1] == kernels[1]
+    if os.environ.get("FRAMEJIT_TEST_BACKEND", "native") == "native":  # fx: no kernels
+        # The second graph's C kernels take the sequence length at run time: none is built
+        # after it.
+        assert kernels[1] > kernels[0] > 0 and kernels[-1] == kernels[1]
     assert stats.recompiles == 1
     assert stats.eager_frames == 0 and stats.graph_breaks == 0
     assert stats.recompile_reasons[0][1] == "args[0].shape[1]: 1 → 2"
