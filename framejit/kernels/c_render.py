@@ -18,6 +18,12 @@ The loop nest splits the box in two:
   The row loops carry ``#pragma omp simd`` where nothing in them prevents it (sums use an
   OpenMP ``reduction`` clause; max/min/arg reductions stay scalar for their NaN rules).
 
+A reduction whose row is short (at most :data:`SHORT_ROW` elements: max-pool's windows,
+``x.sum(0)`` of a (4, n) ``x``) or strided in memory (an outer reduction), and whose outputs are
+contiguous along some outer dimension, runs the other way round: blocks of :data:`BLOCK`
+neighbouring outputs, the row the outer loop and the block the vector loop, accumulators in
+arrays (max/min keep NaN, arg reductions the first index; float sums add in fp64).
+
 Parallelism follows Inductor's rule of thumb (no OpenMP below :data:`PARALLEL_MIN` elements):
 many rows run in parallel over rows; a single row (a full reduction, a 1-D pointwise kernel) is
 cut in fixed parts, so per-part partial results (and so the rounding of a sum) do not depend on
@@ -60,6 +66,10 @@ PARALLEL_MIN = 32768
 SUM_CHUNK = 4096
 #: A single row (full reduction, 1-D kernel) is split into at most this many parts.
 MAX_PARTS = 256
+#: Reductions over rows this short (or strided along the row) run across a block of this
+#: many neighbouring outputs at once (see :meth:`_Renderer.block_dim`).
+BLOCK = 16
+SHORT_ROW = 64
 
 _C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
@@ -277,6 +287,7 @@ class _Renderer:
         self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
         self.invariant = self._row_invariant()
         self.hoisted: set[int] = set()  # invariant ops already defined in the current row
+        self.block = self.block_dim()
 
     def _row_invariant(self) -> set[int]:
         """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
@@ -733,6 +744,138 @@ class _Renderer:
         if stores:
             self.store_loop(stores, indent, split)
 
+    # -- reductions across a block of outputs ----------------------------------------------
+    def block_dim(self) -> int | None:
+        """The outer dimension to run a short reduction across, or None.
+
+        A row of a few elements (max-pool's 2x2 windows, ``x.sum(0)`` of a (4, n) ``x``), or one
+        strided in memory (an outer reduction), makes a poor loop: its vector lanes would run
+        along the row. Instead each step of the row updates :data:`BLOCK` neighbouring outputs
+        at once, their accumulators in arrays, which vectorizes along a dimension where every
+        output is contiguous. Only for one group of reductions feeding nothing but per-row
+        values (no FULL stores, no random numbers)."""
+        k = self.k
+        if not k.is_reduction or not self.xdims or len(self.reduce_groups()) != 1:
+            return None
+        if any(op.kind == "rand" or (op.kind == "store" and op.level == FULL) for op in k.ops):
+            return None
+        group = self.reduce_groups()[0]
+        body = k.full_closure([k.ops[i].args[1] for i in group])
+        for i in body:  # the row's values must not need a per-row value
+            op = k.ops[i]
+            if op.kind not in ("load", "const") and any(
+                    is_operand(a) and k.ops[a].level != FULL for a in op.args):
+                return None
+        outputs = [b for b in k.buffers if b.is_output]
+        dims = [d for d in self.xdims if all(b.strides[d] == 1 for b in outputs)]
+        if not dims or (isinstance(self.sizes[dims[-1]], int) and self.sizes[dims[-1]] < 4):
+            return None
+        if isinstance(self.rnumel, int) and self.rnumel <= SHORT_ROW:
+            return dims[-1]
+        loads = [k.buffer(k.ops[i].args[0]) for i in body if k.ops[i].kind == "load"]
+        if any(b.strides[d] == 1 for b in loads for d in self.rdims):
+            return None  # a row contiguous in memory: the row loop vectorizes
+        return dims[-1]
+
+    def block_count(self) -> tuple[str, Expr]:
+        """(C text of the number of blocks, the number of outputs per block dimension)."""
+        ni = self.sizes[self.block]
+        rest = product([self.sizes[d] for d in self.xdims if d != self.block])
+        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
+        return (per if rest == 1 else f"{rest} * {per}"), ni
+
+    def acc_init(self, i: int) -> str:
+        kind, src = self.k.ops[i].args
+        sdt = self.k.ops[src].dtype
+        if kind == "sum":
+            return "0"
+        big = "max" in kind
+        if sdt.is_floating_point:
+            return "(-INFINITY)" if big else "INFINITY"
+        if sdt == torch.bool:
+            return "0" if big else "1"
+        info = torch.iinfo(sdt)
+        return _literal(info.min if big else info.max, sdt)
+
+    def block_rows(self, indent: str, lo: str, hi: str) -> None:
+        """Blocks [lo, hi) of :data:`BLOCK` outputs along :attr:`block` (``fj_nb`` of them,
+        defined by the caller), each reduced with the row as the outer loop and the block as
+        the inner (vector) loop."""
+        k = self.k
+        (group,) = self.reduce_groups()
+        nb, ni = self.block_count()
+        d = self.block
+        others = [x for x in self.xdims if x != d]
+        body = k.full_closure([k.ops[i].args[1] for i in group])
+        arg = [i for i in group if k.ops[i].args[0] in ("argmax", "argmin")]
+        ind = indent + "    "
+        self.lines.append(f"{indent}for (int64_t b = {lo}; b < {hi}; b++) {{")
+        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
+        self.lines.append(f"{ind}const int64_t xq = b / {per}, j0 = b % {per} * {BLOCK};")
+        self.lines.append(f"{ind}const int64_t jn = FJ_MIN({BLOCK}, {ni} - j0);")
+        self.define_dims(others, "xq", "x", ind)
+        for b in k.buffers:
+            part = self._part(others, "xq", "x", b.strides) if others else ""
+            step = b.strides[d]
+            base = [p for p in (part, "" if step == 0 else ("j0" if step == 1 else f"j0 * {step}"))
+                    if p]
+            self.lines.append(f"{ind}const int64_t xb_{b.name} = {' + '.join(base) or '0'};")
+
+        def block_offsets(at: str) -> None:
+            for b in k.buffers:
+                step = b.strides[d]
+                j = "" if step == 0 else (" + j" if step == 1 else f" + j * {step}")
+                self.lines.append(f"{at}const int64_t xo_{b.name} = xb_{b.name}{j};")
+
+        # Sums add in their accumulator type: fp64 for floats (more precise than the fp32
+        # chunks of the row loop, which have vector lanes to cut the drift; this order has none).
+        acc_type = self.acc_type
+        for i in group:
+            self.lines.append(f"{ind}{acc_type(i)} A{i}[{BLOCK}];")
+            if i in arg:
+                self.lines.append(f"{ind}int64_t I{i}[{BLOCK}];")
+        self.lines.append(f"{ind}for (int j = 0; j < {BLOCK}; j++) {{")
+        for i in group:
+            self.lines.append(f"{ind}    A{i}[j] = {self.acc_init(i)};")
+            if i in arg:
+                self.lines.append(f"{ind}    I{i}[j] = 0;")
+        self.lines.append(f"{ind}}}")
+        self.lines.append(f"{ind}for (int64_t r = 0; r < {self.rnumel}; r++) {{")
+        rin = ind + "    "
+        self.define_dims(self.rdims, "r", "r", rin)
+        self.lines.append(f"{rin}#pragma omp simd")
+        self.lines.append(f"{rin}for (int64_t j = 0; j < jn; j++) {{")
+        jin = rin + "    "
+        block_offsets(jin)
+        self.emit(body, jin)
+        for i in group:
+            kind, src = k.ops[i].args
+            v, a = f"t{src}", f"A{i}[j]"
+            if kind == "sum":
+                at_ = acc_type(i)
+                self.lines.append(f"{jin}{a} += {f'({at_})' if at_.startswith('uint') else ''}{v};")
+            elif kind in ("max", "min"):
+                cmp = ">" if kind == "max" else "<"
+                self.lines.append(f"{jin}{a} = ({v} {cmp} {a} || {v} != {v}) ? {v} : {a};")
+            else:
+                cmp = ">" if kind == "argmax" else "<"
+                self.lines.append(f"{jin}const int fj_take{i} = {v} {cmp} {a} || ({v} != {v} && {a} == {a});")
+                self.lines.append(f"{jin}I{i}[j] = fj_take{i} ? r : I{i}[j];")
+                self.lines.append(f"{jin}{a} = fj_take{i} ? {v} : {a};")
+        self.lines.append(f"{rin}}}")
+        self.lines.append(f"{ind}}}")
+        self.lines.append(f"{ind}#pragma omp simd")
+        self.lines.append(f"{ind}for (int64_t j = 0; j < jn; j++) {{")
+        block_offsets(ind + "    ")
+        for i in group:
+            op = k.ops[i]
+            value = f"I{i}[j]" if i in arg else f"({c_type(op.dtype)})A{i}[j]"
+            self.lines.append(f"{ind}    const {c_type(op.dtype)} t{i} = {value};")
+        self.emit([j for j, op in enumerate(k.ops) if op.level == OUTER and op.kind != "reduce"],
+                  ind + "    ")
+        self.lines.append(f"{ind}}}")
+        self.lines.append(f"{indent}}}")
+
     def prologue(self, indent: str) -> list[str]:
         """The locals every function of the kernel starts with: buffer pointers, sizes."""
         k = self.k
@@ -754,7 +897,17 @@ class _Renderer:
         head = f"void {self.name}(char **bufs, int64_t nthreads, const int64_t *sizes) {{"
         if self.dynamic:
             self.lines = []
-            self.dynamic_rows(ind, head)
+            if self.block is not None:
+                self.dynamic_blocks(ind, head)
+            else:
+                self.dynamic_rows(ind, head)
+        elif self.block is not None:
+            self.lines = [head, *self.prologue(ind), f"{ind}(void)nthreads;"]
+            nb, _ = self.block_count()
+            self.lines.append(f"{ind}const int64_t fj_nb = {nb};")
+            if self.parallel:
+                self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
+            self.block_rows(ind, "0", "fj_nb")
         else:
             self.lines = [head, *self.prologue(ind), f"{ind}(void)nthreads;"]
             split = self.parallel and self.xnumel == 1
@@ -772,6 +925,40 @@ class _Renderer:
         self.row_offsets(indent + "    ")
         self.row(indent + "    ", split)
         self.lines.append(f"{indent}}}")
+
+    def dynamic_blocks(self, indent: str, head: str) -> None:
+        """:meth:`block_rows` with run-time sizes: blocks in a function over a range of them,
+        called for one range per thread or for all blocks (no cut rows: rows are short)."""
+        rows = f"{self.name}_blocks"
+        nb, _ = self.block_count()
+        inner = indent + "    "
+        self.lines.append(f"static __attribute__((noinline, noclone)) void {rows}(char **bufs, "
+                          f"const int64_t *sizes, int64_t b_lo, int64_t b_hi) {{")
+        self.lines += self.prologue(indent)
+        self.lines.append(f"{indent}const int64_t fj_nb = {nb};")
+        self.block_rows(indent, "b_lo", "b_hi")
+        self.lines.append("}")
+        self.lines.append(head)
+        self.lines += self.prologue(indent)[-len(self.k.symbols()):]
+        self.lines.append(f"{indent}const int64_t fj_nb = {nb};")
+        cond = ["nthreads > 1", "fj_nb > 1"]
+        if isinstance(self.numel, Sym):
+            cond.append(f"{self.numel} >= {PARALLEL_MIN}")
+        elif self.numel < PARALLEL_MIN:
+            cond = []
+        if cond:
+            self.lines.append(f"{indent}if ({' && '.join(cond)}) {{")
+            self.lines.append(f"{inner}#pragma omp parallel num_threads(nthreads)")
+            self.lines.append(f"{inner}{{")
+            self.lines.append(f"{inner}    const int64_t t = FJ_TID(), n = FJ_NTH();")
+            self.lines.append(f"{inner}    {rows}(bufs, sizes, fj_nb * t / n, fj_nb * (t + 1) / n);")
+            self.lines.append(f"{inner}}}")
+            self.lines.append(f"{indent}}} else {{")
+            self.lines.append(f"{inner}{rows}(bufs, sizes, 0, fj_nb);")
+            self.lines.append(f"{indent}}}")
+        else:
+            self.lines.append(f"{indent}(void)nthreads;")
+            self.lines.append(f"{indent}{rows}(bufs, sizes, 0, fj_nb);")
 
     def dynamic_rows(self, indent: str, head: str) -> None:
         """A kernel with run-time sizes: the loop nest once, in a function over a range of rows
