@@ -1,7 +1,7 @@
-"""C kernels of short or strided reductions, run across a block of neighbouring outputs.
+"""C kernels of strided or short reductions, run across a block of neighbouring outputs.
 
-``x.sum(0)`` of a (4, n) ``x`` or max-pool's 2x2 windows make rows too short (or too strided)
-for a vector loop along the row; the renderer then reduces :data:`~framejit.kernels.c_render.
+``x.sum(0)`` of a (4, n) ``x`` or max-pool's 2x2 windows make rows too strided (or contiguous
+in too short runs) for a vector loop along the row; the renderer then reduces :data:`~framejit.kernels.c_render.
 BLOCK` outputs at once with the row as the outer loop. Each test builds the reduction kernel of
 a strided view directly (its box and strides are the view's), at odd sizes, with NaNs and ties,
 at one and two threads, static and with run-time sizes, and compares it with eager torch.
@@ -128,6 +128,8 @@ def test_long_strided_sums_accumulate_in_fp64():
 def test_a_row_contiguous_in_memory_keeps_the_row_loop():
     """Long rows along the contiguous dimension vectorize along the row, as before."""
     check(torch.randn(64, 100), (1,), "sum", block=False, rtol=1e-5, atol=1e-5)
+    check(torch.randn(33, 8), (1,), "max", block=False)
+    check(torch.randn(33, 4), (1,), "max")  # runs of 4: across outputs
     check(torch.randn(5, 3), (0,), "sum", block=False)  # three outputs: too few for a block
 
 
