@@ -76,7 +76,8 @@ def check(view, dims, kind, *, channels_last=False, block=True, rtol=None, atol=
 
 
 @pytest.mark.parametrize("kind", ["sum", "max", "min", "argmax", "argmin"])
-@pytest.mark.parametrize("shape", [(4, 4096), (1, 7), (3, 17), (5, 33), (2, 40000), (7, 5)])
+@pytest.mark.parametrize("shape", [(4, 4096), (1, 7), (3, 17), (5, 33), (2, 40000), (7, 5),
+                                   (40, 33)])  # rows of up to UNROLL_ROW are unrolled; 40 not
 def test_a_reduction_over_dim_0(kind, shape, threads):
     x = torch.randn(shape).round(decimals=1)  # ties: the first index wins
     if shape[1] > 3:
