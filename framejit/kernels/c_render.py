@@ -803,7 +803,7 @@ class _Renderer:
         the inner (vector) loop."""
         k = self.k
         (group,) = self.reduce_groups()
-        nb, ni = self.block_count()
+        _, ni = self.block_count()
         d = self.block
         others = [x for x in self.xdims if x != d]
         body = k.full_closure([k.ops[i].args[1] for i in group])
