@@ -18,6 +18,12 @@ The loop nest splits the box in two:
   The row loops carry ``#pragma omp simd`` where nothing in them prevents it (sums use an
   OpenMP ``reduction`` clause; max/min/arg reductions stay scalar for their NaN rules).
 
+A reduction whose row is strided in memory (an outer reduction such as ``x.sum(0)``) or
+contiguous only in runs of at most :data:`SHORT_RUN` elements (max-pool's windows), and whose
+outputs are contiguous along some outer dimension, runs the other way round: blocks of :data:`BLOCK`
+neighbouring outputs, the row the outer loop and the block the vector loop, accumulators in
+arrays (max/min keep NaN, arg reductions the first index; float sums add in fp64).
+
 Parallelism follows Inductor's rule of thumb (no OpenMP below :data:`PARALLEL_MIN` elements):
 many rows run in parallel over rows; a single row (a full reduction, a 1-D pointwise kernel) is
 cut in fixed parts, so per-part partial results (and so the rounding of a sum) do not depend on
@@ -27,14 +33,17 @@ in fp64 across chunks: a huge ``mean`` keeps its precision (pytorch#154703).
 Run-time sizes (a dynamic kernel): the choices above that depend on a size are made by the C code
 at run time with the same rules, so a dynamic kernel cuts rows and chunks sums as the static
 kernel of the same sizes would (and gives its bits, unless the compiler vectorizes a loop
-otherwise: a run-time stride that happens to be 1 still makes a strided loop). The function holds
-one copy of the loop nest per choice that can happen: a single row cut in parts (``xnumel == 1``
-and a row of at least :data:`PARALLEL_MIN`), rows in parallel (more than one thread and at least
-:data:`PARALLEL_MIN` elements), and plain loops; an ``if (...)`` clause on the ``parallel for``
-instead would cost every small call a few hundred nanoseconds in libgomp. Sums of fp32 always
-take the chunked loop (one chunk for a short row: the same result), and the parts of a cut row are
-computed from the row's length at run time. Index arithmetic is ``int64_t`` everywhere, and
-``#pragma omp simd`` needs no known trip count.
+otherwise: a run-time stride that happens to be 1 still makes a strided loop). The loop nest is
+rendered once, in a ``static`` function over a range of rows (``<name>_rows``, kept out of line
+so that gcc vectorizes each loop once: three inlined copies took it 6x the static kernel's
+compile time), and the kernel calls it in one of the ways its sizes allow: a single row cut in
+parts (``xnumel == 1`` and a row of at least :data:`PARALLEL_MIN`; each thread of one parallel
+region takes its share of the parts of each loop, a barrier before the parts' results combine),
+one range of rows per thread (more than one thread and at least :data:`PARALLEL_MIN` elements),
+or all rows on the calling thread. Sums of fp32 always take the chunked loop (one chunk for a
+short row: the same result), and the parts of a cut row are computed from the row's length at
+run time. Index arithmetic is ``int64_t`` everywhere, and ``#pragma omp simd`` needs no known
+trip count.
 
 Numerics match eager torch: no fast-math, no contraction (``-ffp-contract=off``), NaN-first
 max/min/relu, ``sign(NaN) = 0``, float-to-int casts truncate, fp16/bf16 loaded to fp32 and
@@ -57,6 +66,12 @@ PARALLEL_MIN = 32768
 SUM_CHUNK = 4096
 #: A single row (full reduction, 1-D kernel) is split into at most this many parts.
 MAX_PARTS = 256
+#: Reductions whose row is strided in memory, or contiguous for at most SHORT_RUN elements,
+#: run across a block of BLOCK neighbouring outputs at once (see :meth:`_Renderer.block_dim`).
+BLOCK = 16
+SHORT_RUN = 4
+#: Rows of at most this many elements are unrolled in the block loop.
+UNROLL_ROW = 16
 
 _C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
@@ -193,6 +208,13 @@ static inline float fj_rand(uint64_t seed, uint64_t idx) {
 }
 
 #define FJ_MIN(a, b) ((a) < (b) ? (a) : (b))
+#ifdef _OPENMP
+#define FJ_TID() ((int64_t)omp_get_thread_num())
+#define FJ_NTH() ((int64_t)omp_get_num_threads())
+#else
+#define FJ_TID() ((int64_t)0)
+#define FJ_NTH() ((int64_t)1)
+#endif
 """
 
 
@@ -267,6 +289,7 @@ class _Renderer:
         self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
         self.invariant = self._row_invariant()
         self.hoisted: set[int] = set()  # invariant ops already defined in the current row
+        self.block = self.block_dim()
 
     def _row_invariant(self) -> set[int]:
         """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
@@ -594,8 +617,11 @@ class _Renderer:
                           f"(fj_per0 + {SUM_CHUNK - 1}) / {SUM_CHUNK} * {SUM_CHUNK});")
         self.lines.append(f"{indent}const int64_t fj_parts = ({r} + fj_per - 1) / fj_per;")
 
-    def reduce_group(self, group: list[int], indent: str, split: bool) -> None:
+    def reduce_group(self, group: list[int], indent: str, split: bool | str) -> None:
         self.hoist(self.k.full_closure([self.k.ops[i].args[1] for i in group]), indent)
+        if split == "maybe":
+            self.reduce_parts(group, indent)
+            return
         if not split:
             self.init_acc(group, "0", indent)
             self.reduce_loop(group, "0", str(self.rnumel), indent)
@@ -631,8 +657,51 @@ class _Renderer:
         self.lines.append(f"{indent}}}")
         self.finish(group, indent)
 
-    def store_loop(self, stores: list[int], indent: str, split: bool) -> None:
+    def reduce_parts(self, group: list[int], indent: str) -> None:
+        """The row function's reduction: over this thread's parts ``[fj_p0, fj_p1)`` of a row
+        cut in ``fj_parts`` parts, or over the whole row as one part (``fj_parts == 0``). Each
+        part's result goes to its slot of ``p<i>`` (shared by the threads of a cut row, a
+        local slot otherwise); the slots then combine in part order, as the static kernel's."""
+        k = self.k
+        arg = [i for i in group if k.ops[i].args[0] in ("argmax", "argmin")]
+        for i in group:
+            self.lines.append(f"{indent}{self.acc_type(i)} *restrict pp{i} = fj_parts ? p{i} : s{i};")
+        for i in arg:
+            self.lines.append(f"{indent}int64_t *restrict pp{i}_i = fj_parts ? p{i}_i : s{i}_i;")
+        inner = indent + "    "
+        self.lines.append(f"{indent}for (int64_t p = fj_p0; p < fj_p1; p++) {{")
+        self.lines.append(f"{inner}const int64_t lo = p * fj_per, hi = FJ_MIN(lo + fj_per, {self.rnumel});")
+        self.init_acc(group, "lo", inner)
+        self.reduce_loop(group, "lo", "hi", inner)
+        for i in group:
+            self.lines.append(f"{inner}pp{i}[p] = a{i};")
+        for i in arg:
+            self.lines.append(f"{inner}pp{i}_i[p] = a{i}_i;")
+        self.lines.append(f"{indent}}}")
+        self.lines.append(f"{indent}if (fj_parts) {{")
+        self.lines.append(f"{inner}#pragma omp barrier")
+        self.lines.append(f"{indent}}}")
+        for i in group:
+            self.lines.append(f"{indent}{self.acc_type(i)} a{i} = pp{i}[0];")
+        for i in arg:
+            self.lines.append(f"{indent}int64_t a{i}_i = pp{i}_i[0];")
+        self.lines.append(f"{indent}for (int64_t p = 1; p < fj_parts; p++) {{")
+        for i in group:
+            self.lines.append(f"{inner}const {self.acc_type(i)} q{i} = pp{i}[p];")
+            if i in arg:
+                self.lines.append(f"{inner}const int64_t q{i}_i = pp{i}_i[p];")
+            self.combine(i, f"q{i}", inner)
+        self.lines.append(f"{indent}}}")
+        self.finish(group, indent)
+
+    def store_loop(self, stores: list[int], indent: str, split: bool | str) -> None:
         self.hoist(self.k.full_closure(stores), indent)
+        if split == "maybe":
+            self.lines.append(f"{indent}for (int64_t p = fj_p0; p < fj_p1; p++) {{")
+            self.simd_loop(stores, "p * fj_per", f"FJ_MIN(p * fj_per + fj_per, {self.rnumel})",
+                           indent + "    ")
+            self.lines.append(f"{indent}}}")
+            return
         if not split:
             self.simd_loop(stores, "0", str(self.rnumel), indent)
             return
@@ -659,7 +728,7 @@ class _Renderer:
                   indent + "    ")
         self.lines.append(f"{indent}}}")
 
-    def row(self, indent: str, split: bool) -> None:
+    def row(self, indent: str, split: bool | str) -> None:
         """Everything one row ``x`` computes."""
         k = self.k
         done: set[int] = set()
@@ -677,43 +746,246 @@ class _Renderer:
         if stores:
             self.store_loop(stores, indent, split)
 
-    def function(self) -> str:
+    # -- reductions across a block of outputs ----------------------------------------------
+    def block_dim(self) -> int | None:
+        """The outer dimension to run a short reduction across, or None.
+
+        A row strided in memory (an outer reduction such as ``x.sum(0)``) or contiguous only in
+        runs of a few elements (max-pool's 2x2 windows) makes a poor vector loop along the row. Instead each step of the row updates :data:`BLOCK` neighbouring outputs
+        at once, their accumulators in arrays, which vectorizes along a dimension where every
+        output is contiguous. Only for one group of reductions feeding nothing but per-row
+        values (no FULL stores, no random numbers)."""
         k = self.k
-        out = [f"void {self.name}(char **bufs, int64_t nthreads, const int64_t *sizes) {{"]
-        ind = "    "
+        if not k.is_reduction or not self.xdims or len(self.reduce_groups()) != 1:
+            return None
+        if any(op.kind == "rand" or (op.kind == "store" and op.level == FULL) for op in k.ops):
+            return None
+        group = self.reduce_groups()[0]
+        body = k.full_closure([k.ops[i].args[1] for i in group])
+        for i in body:  # the row's values must not need a per-row value
+            op = k.ops[i]
+            if op.kind not in ("load", "const") and any(
+                    is_operand(a) and k.ops[a].level != FULL for a in op.args):
+                return None
+        outputs = [b for b in k.buffers if b.is_output]
+        dims = [d for d in self.xdims if all(b.strides[d] == 1 for b in outputs)]
+        if not dims or (isinstance(self.sizes[dims[-1]], int) and self.sizes[dims[-1]] < 4):
+            return None
+        loads = [k.buffer(k.ops[i].args[0]) for i in body if k.ops[i].kind == "load"]
+        if any(b.strides[d] == 1 and not (isinstance(self.sizes[d], int) and self.sizes[d] <= SHORT_RUN)
+               for b in loads for d in self.rdims):
+            return None  # a row contiguous in memory: the row loop vectorizes (5x faster at 64)
+        return dims[-1]
+
+    def block_count(self) -> tuple[str, Expr]:
+        """(C text of the number of blocks, the number of outputs per block dimension)."""
+        ni = self.sizes[self.block]
+        rest = product([self.sizes[d] for d in self.xdims if d != self.block])
+        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
+        return (per if rest == 1 else f"{rest} * {per}"), ni
+
+    def acc_init(self, i: int) -> str:
+        kind, src = self.k.ops[i].args
+        sdt = self.k.ops[src].dtype
+        if kind == "sum":
+            return "0"
+        big = "max" in kind
+        if sdt.is_floating_point:
+            return "(-INFINITY)" if big else "INFINITY"
+        if sdt == torch.bool:
+            return "0" if big else "1"
+        info = torch.iinfo(sdt)
+        return _literal(info.min if big else info.max, sdt)
+
+    def block_rows(self, indent: str, lo: str, hi: str) -> None:
+        """Blocks [lo, hi) of :data:`BLOCK` outputs along :attr:`block` (``fj_nb`` of them,
+        defined by the caller), each reduced with the row as the outer loop and the block as
+        the inner (vector) loop."""
+        k = self.k
+        (group,) = self.reduce_groups()
+        _, ni = self.block_count()
+        d = self.block
+        others = [x for x in self.xdims if x != d]
+        body = k.full_closure([k.ops[i].args[1] for i in group])
+        arg = [i for i in group if k.ops[i].args[0] in ("argmax", "argmin")]
+        ind = indent + "    "
+        self.lines.append(f"{indent}for (int64_t b = {lo}; b < {hi}; b++) {{")
+        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
+        self.lines.append(f"{ind}const int64_t xq = b / {per}, j0 = b % {per} * {BLOCK};")
+        self.lines.append(f"{ind}const int64_t jn = FJ_MIN({BLOCK}, {ni} - j0);")
+        self.define_dims(others, "xq", "x", ind)
+        for b in k.buffers:
+            part = self._part(others, "xq", "x", b.strides) if others else ""
+            step = b.strides[d]
+            base = [p for p in (part, "" if step == 0 else ("j0" if step == 1 else f"j0 * {step}"))
+                    if p]
+            self.lines.append(f"{ind}const int64_t xb_{b.name} = {' + '.join(base) or '0'};")
+
+        def block_offsets(at: str) -> None:
+            for b in k.buffers:
+                step = b.strides[d]
+                j = "" if step == 0 else (" + j" if step == 1 else f" + j * {step}")
+                self.lines.append(f"{at}const int64_t xo_{b.name} = xb_{b.name}{j};")
+
+        # Sums add in their accumulator type: fp64 for floats (more precise than the fp32
+        # chunks of the row loop, which have vector lanes to cut the drift; this order has none).
+        acc_type = self.acc_type
+        for i in group:
+            self.lines.append(f"{ind}{acc_type(i)} A{i}[{BLOCK}];")
+            if i in arg:
+                self.lines.append(f"{ind}int64_t I{i}[{BLOCK}];")
+        self.lines.append(f"{ind}for (int j = 0; j < {BLOCK}; j++) {{")
+        for i in group:
+            self.lines.append(f"{ind}    A{i}[j] = {self.acc_init(i)};")
+            if i in arg:
+                self.lines.append(f"{ind}    I{i}[j] = 0;")
+        self.lines.append(f"{ind}}}")
+        # A short static row is unrolled inside the block loop: its loads then sit at constant
+        # distances (max-pool's 2x2 window: +0, +1, +64, +65), which gcc vectorizes in full;
+        # a row loop around the block loop leaves strided loads with gaps, half of them in a
+        # scalar epilogue (2.5x slower).
+        unroll = isinstance(self.rnumel, int) and self.rnumel <= UNROLL_ROW
+        steps = [str(c) for c in range(self.rnumel)] if unroll else ["r"]
+        if not unroll:
+            self.lines.append(f"{ind}for (int64_t r = 0; r < {self.rnumel}; r++) {{")
+            ind_r = ind + "    "
+            self.define_dims(self.rdims, "r", "r", ind_r)
+        else:
+            ind_r = ind
+        self.lines.append(f"{ind_r}#pragma omp simd")
+        self.lines.append(f"{ind_r}for (int64_t j = 0; j < jn; j++) {{")
+        jin = ind_r + "    "
+        block_offsets(jin)
+        for step in steps:
+            at = jin
+            if unroll:
+                self.lines.append(f"{jin}{{")
+                at = jin + "    "
+                self.lines.append(f"{at}const int64_t r = {step};")
+                self.define_dims(self.rdims, "r", "r", at)
+            self.emit(body, at)
+            for i in group:
+                kind, src = k.ops[i].args
+                v, a = f"t{src}", f"A{i}[j]"
+                if kind == "sum":
+                    cast = f"({acc_type(i)})" if acc_type(i).startswith("uint") else ""
+                    self.lines.append(f"{at}{a} += {cast}{v};")
+                elif kind in ("max", "min"):
+                    cmp = ">" if kind == "max" else "<"
+                    self.lines.append(f"{at}{a} = ({v} {cmp} {a} || {v} != {v}) ? {v} : {a};")
+                else:
+                    cmp = ">" if kind == "argmax" else "<"
+                    self.lines.append(f"{at}const int fj_take{i} = {v} {cmp} {a} || ({v} != {v} && {a} == {a});")
+                    self.lines.append(f"{at}I{i}[j] = fj_take{i} ? r : I{i}[j];")
+                    self.lines.append(f"{at}{a} = fj_take{i} ? {v} : {a};")
+            if unroll:
+                self.lines.append(f"{jin}}}")
+        self.lines.append(f"{ind_r}}}")
+        if not unroll:
+            self.lines.append(f"{ind}}}")
+        self.lines.append(f"{ind}#pragma omp simd")
+        self.lines.append(f"{ind}for (int64_t j = 0; j < jn; j++) {{")
+        block_offsets(ind + "    ")
+        for i in group:
+            op = k.ops[i]
+            value = f"I{i}[j]" if i in arg else f"({c_type(op.dtype)})A{i}[j]"
+            self.lines.append(f"{ind}    const {c_type(op.dtype)} t{i} = {value};")
+        self.emit([j for j, op in enumerate(k.ops) if op.level == OUTER and op.kind != "reduce"],
+                  ind + "    ")
+        self.lines.append(f"{ind}}}")
+        self.lines.append(f"{indent}}}")
+
+    def prologue(self, indent: str) -> list[str]:
+        """The locals every function of the kernel starts with: buffer pointers, sizes."""
+        k = self.k
+        out = []
         seeds = {op.args[0] for op in k.ops if op.kind == "rand"}
         for i, b in enumerate(k.buffers):
             if b.name in seeds:
-                out.append(f"{ind}const int64_t {b.name}_seed = *(const int64_t *)bufs[{i}];")
+                out.append(f"{indent}const int64_t {b.name}_seed = *(const int64_t *)bufs[{i}];")
                 continue
             qual = "" if b.is_output else "const "
-            out.append(f"{ind}{qual}{c_type(b.dtype)} *restrict {b.name} = "
+            out.append(f"{indent}{qual}{c_type(b.dtype)} *restrict {b.name} = "
                        f"({qual}{c_type(b.dtype)} *)bufs[{i}];")
         for i, sym in enumerate(k.symbols()):
-            out.append(f"{ind}const int64_t {sym} = sizes[{i}];")
-        out.append(f"{ind}(void)nthreads;")
-        self.lines = out
-        if not self.dynamic:
+            out.append(f"{indent}const int64_t {sym} = sizes[{i}];")
+        return out
+
+    def function(self) -> str:
+        ind = "    "
+        head = f"void {self.name}(char **bufs, int64_t nthreads, const int64_t *sizes) {{"
+        if self.dynamic:
+            self.lines = []
+            if self.block is not None:
+                self.dynamic_blocks(ind, head)
+            else:
+                self.dynamic_rows(ind, head)
+        elif self.block is not None:
+            self.lines = [head, *self.prologue(ind), f"{ind}(void)nthreads;"]
+            nb, _ = self.block_count()
+            self.lines.append(f"{ind}const int64_t fj_nb = {nb};")
+            if self.parallel:
+                self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
+            self.block_rows(ind, "0", "fj_nb")
+        else:
+            self.lines = [head, *self.prologue(ind), f"{ind}(void)nthreads;"]
             split = self.parallel and self.xnumel == 1
             if self.parallel and self.xnumel > 1:
                 self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
             self.rows(ind, split)
-        else:
-            self.dynamic_rows(ind)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
 
-    def rows(self, indent: str, split: bool) -> None:
-        """The loop over the rows ``x`` (its ``parallel for``, if any, already emitted)."""
+    def rows(self, indent: str, split: bool | str, lo: str = "0", hi: str | None = None) -> None:
+        """The loop over the rows ``x`` in [lo, hi) (its ``parallel for``, if any, already
+        emitted)."""
         self.hoisted = set()
-        self.lines.append(f"{indent}for (int64_t x = 0; x < {self.xnumel}; x++) {{")
+        self.lines.append(f"{indent}for (int64_t x = {lo}; x < {hi or self.xnumel}; x++) {{")
         self.row_offsets(indent + "    ")
         self.row(indent + "    ", split)
         self.lines.append(f"{indent}}}")
 
-    def dynamic_rows(self, indent: str) -> None:
-        """The rows of a kernel with run-time sizes: one copy of the loop nest per way of running
-        that its sizes allow, chosen at run time by the static rule (see the module docstring)."""
+    def dynamic_blocks(self, indent: str, head: str) -> None:
+        """:meth:`block_rows` with run-time sizes: blocks in a function over a range of them,
+        called for one range per thread or for all blocks (no cut rows: rows are short)."""
+        rows = f"{self.name}_blocks"
+        nb, _ = self.block_count()
+        inner = indent + "    "
+        self.lines.append(f"static __attribute__((noinline, noclone)) void {rows}(char **bufs, "
+                          f"const int64_t *sizes, int64_t b_lo, int64_t b_hi) {{")
+        self.lines += self.prologue(indent)
+        self.lines.append(f"{indent}const int64_t fj_nb = {nb};")
+        self.block_rows(indent, "b_lo", "b_hi")
+        self.lines.append("}")
+        self.lines.append(head)
+        self.lines += self.prologue(indent)[-len(self.k.symbols()):]
+        self.lines.append(f"{indent}const int64_t fj_nb = {nb};")
+        cond = ["nthreads > 1", "fj_nb > 1"]
+        if isinstance(self.numel, Sym):
+            cond.append(f"{self.numel} >= {PARALLEL_MIN}")
+        elif self.numel < PARALLEL_MIN:
+            cond = []
+        if cond:
+            self.lines.append(f"{indent}if ({' && '.join(cond)}) {{")
+            self.lines.append(f"{inner}#pragma omp parallel num_threads(nthreads)")
+            self.lines.append(f"{inner}{{")
+            self.lines.append(f"{inner}    const int64_t t = FJ_TID(), n = FJ_NTH();")
+            self.lines.append(f"{inner}    {rows}(bufs, sizes, fj_nb * t / n, fj_nb * (t + 1) / n);")
+            self.lines.append(f"{inner}}}")
+            self.lines.append(f"{indent}}} else {{")
+            self.lines.append(f"{inner}{rows}(bufs, sizes, 0, fj_nb);")
+            self.lines.append(f"{indent}}}")
+        else:
+            self.lines.append(f"{indent}(void)nthreads;")
+            self.lines.append(f"{indent}{rows}(bufs, sizes, 0, fj_nb);")
+
+    def dynamic_rows(self, indent: str, head: str) -> None:
+        """A kernel with run-time sizes: the loop nest once, in a function over a range of rows
+        (``<name>_rows``), which the kernel calls in one of the ways its sizes allow, chosen at
+        run time by the static rule (see the module docstring): a single row cut in parts shared
+        by the threads, row ranges one per thread, or all rows on this thread. One copy of the
+        nest is one vectorization of each loop for gcc (three copies took it 6x as long as the
+        static kernel)."""
         x, r, numel = self.xnumel, self.rnumel, self.numel
         # A single row of at least PARALLEL_MIN is cut in parts (whatever the thread count, so
         # that a sum rounds the same at every thread count).
@@ -730,11 +1002,52 @@ class _Renderer:
         if x != 1 and (isinstance(numel, Sym) or numel >= PARALLEL_MIN):
             parallel = ["nthreads > 1"] + ([f"{numel} >= {PARALLEL_MIN}"]
                                            if isinstance(numel, Sym) else [])
-        branches = [(split, "split"), (parallel, "parallel"), ([], "serial")]
-        branches = [(cond, how) for cond, how in branches if cond is not None]
+        inner = indent + "    "
+        rows = f"{self.name}_rows"
+        # Per-part results of each reduction: shared by the threads of a cut row.
+        partials = []
+        if split is not None:
+            for i in [i for group in self.reduce_groups() for i in group]:
+                partials.append((self.acc_type(i), f"p{i}"))
+                if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                    partials.append(("int64_t", f"p{i}_i"))
+        params = "".join(f", {t} *{n}" for t, n in partials)
+        self.lines.append(f"static __attribute__((noinline, noclone)) void {rows}(char **bufs, "
+                          f"const int64_t *sizes, int64_t x_lo, int64_t x_hi"
+                          f"{', int64_t fj_parts, int64_t fj_per' if split is not None else ''}"
+                          f"{params}) {{")
+        self.lines += self.prologue(indent)
+        if split is not None:
+            # One part, the whole row, unless the row is cut; then this thread's share.
+            self.lines.append(f"{indent}int64_t fj_p0 = 0, fj_p1 = 1;")
+            for t, n in partials:
+                self.lines.append(f"{indent}{t} s{n[1:]}[1];")
+            self.lines.append(f"{indent}if (fj_parts) {{")
+            self.lines.append(f"{inner}const int64_t t = FJ_TID(), n = FJ_NTH();")
+            self.lines.append(f"{inner}fj_p0 = fj_parts * t / n;")
+            self.lines.append(f"{inner}fj_p1 = fj_parts * (t + 1) / n;")
+            self.lines.append(f"{indent}}} else {{")
+            self.lines.append(f"{inner}fj_per = {r};")
+            self.lines.append(f"{indent}}}")
+        self.rows(indent, "maybe" if split is not None else False, "x_lo", "x_hi")
+        self.lines.append("}")
+        self.lines.append(head)
+        self.lines += self.prologue(indent)[-len(self.k.symbols()):] if self.k.symbols() else []
+        self.lines.append(f"{indent}(void)nthreads;")
+        for t, n in partials:
+            self.lines.append(f"{indent}{t} {n}[{MAX_PARTS}];")
+        args = "".join(f", {n}" for _, n in partials)
+
+        def call(lo: str, hi: str, cut: bool) -> str:
+            more = (", fj_parts, fj_per" if cut else ", 0, 0") if split is not None else ""
+            return f"{rows}(bufs, sizes, {lo}, {hi}{more}{args});"
+
+        branches = [(cond, how) for cond, how in ((split, "split"), (parallel, "parallel"),
+                                                   ([], "serial")) if cond is not None]
         if not branches[0][0]:  # always the first way: no test
             branches = branches[:1]
-        inner = indent + "    " if len(branches) > 1 else indent
+        body = inner if len(branches) > 1 else indent
+        deeper = body + "    "
         for j, (cond, how) in enumerate(branches):
             if len(branches) > 1:
                 if j == 0:
@@ -744,9 +1057,20 @@ class _Renderer:
                 else:
                     self.lines.append(f"{indent}}} else {{")
             if how == "split":
-                self.define_parts(inner)
+                self.define_parts(body)
+                self.lines.append(f"{body}if (nthreads > 1) {{")
+                self.lines.append(f"{deeper}#pragma omp parallel num_threads(nthreads)")
+                self.lines.append(f"{deeper}{call('0', '1', True)}")
+                self.lines.append(f"{body}}} else {{")
+                self.lines.append(f"{deeper}{call('0', '1', True)}")
+                self.lines.append(f"{body}}}")
             elif how == "parallel":
-                self.lines.append(f"{inner}#pragma omp parallel for num_threads(nthreads) schedule(static)")
-            self.rows(inner, how == "split")
+                self.lines.append(f"{body}#pragma omp parallel num_threads(nthreads)")
+                self.lines.append(f"{body}{{")
+                self.lines.append(f"{deeper}const int64_t t = FJ_TID(), n = FJ_NTH();")
+                self.lines.append(f"{deeper}{call(f'{x} * t / n', f'{x} * (t + 1) / n', False)}")
+                self.lines.append(f"{body}}}")
+            else:
+                self.lines.append(f"{body}{call('0', str(x), False)}")
         if len(branches) > 1:
             self.lines.append(f"{indent}}}")
