@@ -138,10 +138,7 @@ def cpu_attention_on_meta(kind, target, meta_args, meta_kwargs, devices):
     kernel's; otherwise unchanged."""
     if kind != "call_function" or not devices or any(d.type != "cpu" for d in devices):
         return target, meta_args, meta_kwargs
-    try:
-        if target not in _SDPA_TARGETS:
-            return target, meta_args, meta_kwargs
-    except TypeError:  # an unhashable target
+    if not any(target is t for t in _SDPA_TARGETS):
         return target, meta_args, meta_kwargs
     if len(meta_args) > len(_SDPA_PARAMS) or not set(meta_kwargs) <= set(_SDPA_PARAMS):
         return target, meta_args, meta_kwargs
