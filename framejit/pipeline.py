@@ -161,13 +161,29 @@ def _lower(group: fusion.FusionGroup, name: str, make_launcher, shapes=None):
         launch = make_launcher(kernel, outputs, device, seed_index)
     except NotImplementedError:
         return None  # a renderer that cannot express this kernel: the group stays torch ops
-    launch.fallback = _group_as_torch(group, lowered)
+    launch.fallback = _GroupAsTorch(group, lowered)
     return launch, lowered, group
 
 
-def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
+class _GroupAsTorch:
     """The group's own torch ops as a function of the kernel's inputs: what runs if the kernel
-    cannot be compiled on this device."""
+    cannot be compiled on this device, or finds an input laid out unlike its prediction. Its
+    generated Python is built on the first call: most kernels never need it, and building it
+    (codegen and ``compile``) cost about a millisecond a kernel at every first call."""
+
+    __slots__ = ("group", "lowered", "fn")
+
+    def __init__(self, group: fusion.FusionGroup, lowered) -> None:
+        self.group, self.lowered, self.fn = group, lowered, None
+
+    def __call__(self, *inputs):
+        if self.fn is None:
+            self.fn = _group_as_torch(self.group, self.lowered)
+        return self.fn(*inputs)
+
+
+def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
+    """The group's own torch ops as a function of the kernel's inputs."""
     sub = Graph()
     env: dict[Node, Node] = {}
     for node in lowered.inputs:

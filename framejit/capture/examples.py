@@ -61,6 +61,8 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
         elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
+            meta_target, meta_args, meta_kwargs = cpu_attention_on_meta(
+                kind, meta_target, meta_args, meta_kwargs, devices)
             result = _run_on_meta_retrying_foreach(kind, meta_target, args, meta_args, meta_kwargs,
                                                    cacheable=not inplace)
     except Unsupported:
@@ -94,6 +96,79 @@ def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, ca
             if isinstance(example, torch.Tensor) and example.dim() == 1 and a.device.type == "cpu":
                 retry[i] = [1.0] * a.example.shape[0]
         return run_on_meta(kind, target, retry, meta_kwargs, memo=cacheable)
+
+
+# -- CPU attention ------------------------------------------------------------------------------
+#
+# ``F.scaled_dot_product_attention`` picks a backend at run time. On meta tensors it always
+# picks the math one, whose result is contiguous; on CPU tensors it picks the flash kernel when
+# it can, whose result is laid out like its query: (batch, seq, head, dim)-ordered strides for
+# the usual ``linear(x).view(b, s, h, d).transpose(1, 2)`` query. The example must carry the
+# real strides, or every kernel reading the result finds an unexpected layout at run time and
+# runs as torch ops. So for CPU tensors the choice is asked of torch itself, on uninitialised
+# CPU tensors of the examples' metadata, and a flash choice takes the flash kernel's meta
+# result (``empty_like(query)``, as the real kernel allocates). Kernels still check the
+# strides of such inputs at run time: a different choice then (say, under an ``sdpa_kernel``
+# block) costs speed, never correctness.
+
+_SDPA_TARGETS = (torch.nn.functional.scaled_dot_product_attention,
+                 torch.ops.aten.scaled_dot_product_attention,
+                 torch.ops.aten.scaled_dot_product_attention.default)
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                "enable_gqa")
+_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
+                  "enable_gqa": False}
+#: Above this many bytes of inputs the choice is not asked (the stand-ins are allocated, if
+#: never touched); the example then keeps the meta kernel's layout, which the check covers.
+_SDPA_CHOICE_BYTES = 1 << 30
+
+
+def cpu_flash_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                        scale=None, enable_gqa=False):
+    """What ``F.scaled_dot_product_attention`` computes when it picks the CPU flash kernel
+    (its result only; the kernel's meta function reads ``query`` alone for it, so a grouped
+    ``key``/``value`` needs no expanding)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
+def cpu_attention_on_meta(kind, target, meta_args, meta_kwargs, devices):
+    """``(target, meta_args, meta_kwargs)`` to run on meta for the example of this call: for
+    scaled-dot-product attention on CPU tensors for which torch picks the flash kernel, that
+    kernel's; otherwise unchanged."""
+    if kind != "call_function" or not devices or any(d.type != "cpu" for d in devices):
+        return target, meta_args, meta_kwargs
+    if not any(target is t for t in _SDPA_TARGETS):
+        return target, meta_args, meta_kwargs
+    if len(meta_args) > len(_SDPA_PARAMS) or not set(meta_kwargs) <= set(_SDPA_PARAMS):
+        return target, meta_args, meta_kwargs
+    bound = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_PARAMS, meta_args)), **meta_kwargs}
+    if any(p not in bound for p in ("query", "key", "value")):
+        return target, meta_args, meta_kwargs
+    tensors = [bound[p] for p in ("query", "key", "value", "attn_mask") if bound[p] is not None]
+    if not all(isinstance(t, torch.Tensor) and type(t) is torch.Tensor and t.is_meta
+               and t.layout is torch.strided for t in tensors):
+        return target, meta_args, meta_kwargs
+    if sum(t.untyped_storage().nbytes() for t in tensors) > _SDPA_CHOICE_BYTES:
+        return target, meta_args, meta_kwargs
+
+    def stand_in(t):
+        if t is None:
+            return None
+        real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+        return real.requires_grad_(True) if t.requires_grad else real
+
+    try:
+        with torch.no_grad():
+            choice = torch._fused_sdp_choice(
+                stand_in(bound["query"]), stand_in(bound["key"]), stand_in(bound["value"]),
+                stand_in(bound["attn_mask"]), bound["dropout_p"], bound["is_causal"],
+                scale=bound["scale"], enable_gqa=bound["enable_gqa"])
+    except Exception:
+        return target, meta_args, meta_kwargs  # the call's own error comes from the meta run
+    if choice != torch.nn.attention.SDPBackend.FLASH_ATTENTION.value:
+        return target, meta_args, meta_kwargs
+    return cpu_flash_attention, [], bound
 
 
 # -- under autocast ------------------------------------------------------------------------------

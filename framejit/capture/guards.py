@@ -404,10 +404,14 @@ class GuardSet:
     #: The relations between symbolic input sizes (shapes.SizeGuard), checked last.
     size_guard: object = None
 
+    #: Sources that have a NoHooksGuard already (one per module is enough).
+    _no_hooks: set = field(default_factory=set, repr=False, compare=False)
+
     def add(self, guard: Guard) -> None:
         if isinstance(guard, NoHooksGuard):
-            if any(isinstance(g, NoHooksGuard) and g.source == guard.source for g in self.guards):
+            if guard.source in self._no_hooks:
                 return
+            self._no_hooks.add(guard.source)
             self.check_global_hooks = True
         self.guards.append(guard)
 

@@ -8,6 +8,7 @@ an opcode without a handler raises :class:`Unsupported` naming the construct.
 
 from __future__ import annotations
 
+import bisect
 import dis
 import linecache
 import types
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from bytecode import Bytecode, Instr, Label
 
 from ..errors import SourceLocation, Unsupported
-from . import compat
+from . import compat, decoding
 from .sources import ClosureCellSource, LocalSource
 from .values.base import Value
 from .values.builder import wrap, wrap_sourceless
@@ -42,19 +43,30 @@ def handler(*opnames: str):
 
 class Inst:
     """One decoded instruction: ``name``, ``arg`` (jump targets resolved to indices), ``lineno``,
-    ``pos`` (its index in the ``bytecode.Bytecode`` list, for rewriting) and ``handler`` (the
-    exception-table entry covering it: handler index, stack depth, whether ``lasti`` is pushed;
-    None when no handler covers it)."""
+    ``pos`` (its index in the ``bytecode.Bytecode`` list, for rewriting; computed when first
+    asked) and ``handler`` (the exception-table entry covering it: handler index, stack depth,
+    whether ``lasti`` is pushed; None when no handler covers it)."""
 
-    __slots__ = ("name", "arg", "lineno", "target", "pos", "handler")
+    __slots__ = ("name", "arg", "lineno", "target", "_pos", "_code", "handler")
 
-    def __init__(self, name, arg, lineno, target=None, pos=-1, handler=None):
+    def __init__(self, name, arg, lineno, target=None, pos=-1, handler=None, code=None):
         self.name = name
         self.arg = arg
         self.lineno = lineno
         self.target = target
-        self.pos = pos
+        self._pos = pos
+        self._code = code  # the code object whose Bytecode list ``pos`` indexes, until known
         self.handler = handler
+
+    @property
+    def pos(self) -> int:
+        if self._pos < 0 and self._code is not None:
+            _fill_positions(self._code)
+        return self._pos
+
+    @pos.setter
+    def pos(self, value: int) -> None:
+        self._pos = value
 
     @property
     def in_try(self) -> bool:
@@ -70,9 +82,24 @@ _decoded: weakref.WeakKeyDictionary[types.CodeType, list[Inst]] = weakref.WeakKe
 
 
 def decode(code: types.CodeType) -> list[Inst]:
+    """``code``'s instructions, decoded once per code object (fast by :mod:`.decoding`; by
+    ``Bytecode.from_code`` where that does not apply)."""
     insts = _decoded.get(code)
     if insts is not None:
         return insts
+    fast = decoding.instructions(code)
+    if fast is None:
+        insts = _decode_with_bytecode(code)
+        offsets = None
+    else:
+        rows, offsets = fast
+        insts = [Inst(name, arg, lineno, target, code=code) for name, arg, lineno, target in rows]
+    _attach_handlers(code, insts, offsets)
+    _decoded[code] = insts
+    return insts
+
+
+def _decode_with_bytecode(code: types.CodeType) -> list[Inst]:
     bc = Bytecode.from_code(code)
     insts = []
     labels: dict[Label, int] = {}
@@ -87,31 +114,54 @@ def decode(code: types.CodeType) -> list[Inst]:
             insts.append(inst)
     for inst, label in pending:
         inst.target = labels[label]
-    _attach_handlers(code, insts)
-    _decoded[code] = insts
     return insts
 
 
-def _attach_handlers(code: types.CodeType, insts: list[Inst]) -> None:
+def _fill_positions(code: types.CodeType) -> None:
+    """Each instruction's index in ``Bytecode.from_code(code)``, which only a rewrite needs."""
+    full = _decode_with_bytecode(code)
+    insts = _decoded.get(code, ())
+    if len(full) != len(insts) or any(a.name != b.name for a, b in zip(full, insts)):
+        raise Unsupported(f"the bytecode of {code.co_name}() (its instructions could not be matched up)")
+    for a, b in zip(insts, full):
+        a._pos = b._pos
+        a._code = None
+
+
+class _HandlerStart:
+    """What ``compat.is_generator_body_handler`` reads of an instruction."""
+
+    __slots__ = ("opname", "argrepr")
+
+    def __init__(self, inst: Inst):
+        self.opname = inst.name
+        self.argrepr = getattr(inst.arg, "name", "")
+
+
+def _attach_handlers(code: types.CodeType, insts: list[Inst], offsets: list[int] | None = None) -> None:
     """Give each instruction its exception-table entry, read from the code object itself (the
-    stack depths are CPython's own; the abstract bytecode does not keep them).
+    stack depths are CPython's own; the abstract bytecode does not keep them). ``offsets``: each
+    instruction's byte offset, when the decoder knows them.
 
     The handler 3.12 puts around a generator's whole body is left out: as on 3.11, an exception
     leaving the body leaves the generator's frame, and ``GeneratorValue`` deals with it (a
     StopIteration is a RuntimeError there). Nothing of the generator runs for it, so a ``yield``
     outside any ``try`` is not in one either."""
-    instrs = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
-    offsets = [i.offset for i in instrs]
+    entries = dis._parse_exception_table(code)
+    if not entries:
+        return
+    if offsets is None:
+        instrs = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+        offsets = [i.offset for i in instrs]
     if len(offsets) != len(insts):
         raise Unsupported(f"the bytecode of {code.co_name}() (its instructions could not be matched up)")
     index = {off: k for k, off in enumerate(offsets)}
-    for entry in dis._parse_exception_table(code):
-        if compat.is_generator_body_handler(instrs[index[entry.target]]):
+    for entry in entries:
+        if compat.is_generator_body_handler(_HandlerStart(insts[index[entry.target]])):
             continue
         handler = (index[entry.target], entry.depth, bool(entry.lasti))
-        for k, off in enumerate(offsets):
-            if entry.start <= off < entry.end:
-                insts[k].handler = handler
+        for k in range(bisect.bisect_left(offsets, entry.start), bisect.bisect_left(offsets, entry.end)):
+            insts[k].handler = handler
 
 
 def _star_arg_names(code) -> tuple[str, ...]:

@@ -93,7 +93,13 @@ class GraphModule:
         self.root = root
         self.graph = graph
         self.class_name = class_name
-        self.recompile()
+        self._method_code: tuple[str, Callable[..., Any]] | None = None
+        # The code is generated and compiled on first use (a backend that builds its own
+        # callable from the graph never needs it); the root is checked now.
+        self._fast: tuple[Callable[..., Any], str] | None = None
+        for node in graph.nodes:
+            if node.op in ("get_attr", "call_module"):
+                self._resolve(node.target)
 
     def recompile(self) -> PythonCode:
         """Regenerate and recompile the code after the graph (or a root attribute) changed.
@@ -103,10 +109,21 @@ class GraphModule:
             fast.globals[global_name] = self._resolve(qualname)
         fn = compile_python(fast)
         fn.__qualname__ = f"{self.class_name}.forward"
-        self.forward_fn = fn
-        self.forward_fn_code = fast.src
-        self._method_code: tuple[str, Callable[..., Any]] | None = None
+        self._fast = (fn, fast.src)
+        self._method_code = None
         return fast
+
+    @property
+    def forward_fn(self) -> Callable[..., Any]:
+        if self._fast is None:
+            self.recompile()
+        return self._fast[0]  # type: ignore[index]
+
+    @property
+    def forward_fn_code(self) -> str:
+        if self._fast is None:
+            self.recompile()
+        return self._fast[1]  # type: ignore[index]
 
     def _resolve(self, qualname: str) -> Any:
         try:

@@ -250,8 +250,9 @@ class Node:
 
     def _set_args_kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         new_inputs: dict[Node, None] = {}
-
-        def collect(n: Node) -> Node:
+        _collect_nodes(args, new_inputs)
+        _collect_nodes(kwargs, new_inputs)
+        for n in new_inputs:
             if n.graph is not self.graph:
                 raise ValueError(
                     f"node {self.name!r} cannot use {n.name!r}: it belongs to another graph. "
@@ -262,11 +263,6 @@ class Node:
                     f"node {self.name!r} cannot use {n.name!r}: that node was erased from "
                     f"the graph."
                 )
-            new_inputs[n] = None
-            return n
-
-        map_arg(args, collect)
-        map_arg(kwargs, collect)
         for old in self._input_nodes:
             if old not in new_inputs:
                 old.users.pop(self, None)
@@ -422,6 +418,22 @@ def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
             return a
         return slice(start, stop, step)
     return fn(a)
+
+
+def _collect_nodes(a: Any, found: dict) -> None:
+    """Add every Node inside ``a`` (as :func:`map_arg` walks it) to ``found``, in order: what
+    a node's inputs are, without rebuilding its arguments."""
+    if isinstance(a, Node):
+        found[a] = None
+    elif isinstance(a, (tuple, list)):
+        for x in a:
+            _collect_nodes(x, found)
+    elif isinstance(a, dict):
+        for x in a.values():
+            _collect_nodes(x, found)
+    elif type(a) is slice:
+        for x in (a.start, a.stop, a.step):
+            _collect_nodes(x, found)
 
 
 def map_arg(a: Any, fn: Callable[[Node], Any]) -> Any:

@@ -118,7 +118,9 @@ def layout_is_exact(node: Node, known: Any = ()) -> bool:
     outputs, allocated as predicted) and for views of those. Any other op's example value comes
     from a meta kernel, which can lay out a result unlike the real kernel (CPU attention on a
     strided query returns (batch, seq, head, dim)-ordered strides where its meta kernel says
-    contiguous): decisions that depend on strides must not trust it.
+    contiguous; capture now gives that op the real kernel's layout, see
+    ``capture.examples.cpu_attention_on_meta``, but a run can still pick another kernel):
+    decisions that depend on strides must not trust it.
     """
     while True:
         if node.op in ("placeholder", "get_attr") or node in known:
