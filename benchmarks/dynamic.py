@@ -98,8 +98,8 @@ def main():
         dynamic(x)
         s = d = float("inf")
         for _ in range(7):  # interleaved: the machine is shared and noisy
-            s = min(s, timeit.timeit(lambda: static(x), number=number) / number * 1e6)
-            d = min(d, timeit.timeit(lambda: dynamic(x), number=number) / number * 1e6)
+            s = min(s, timeit.timeit(lambda fn=static, a=x: fn(a), number=number) / number * 1e6)
+            d = min(d, timeit.timeit(lambda fn=dynamic, a=x: fn(a), number=number) / number * 1e6)
         print(f"steady state per call at {shape} (µs): static {s:.2f}, dynamic {d:.2f} "
               f"({(d / s - 1) * 100:+.1f}%)")
     print("  target: dynamic within 10% of static")

@@ -24,12 +24,12 @@ import torch
 
 from . import _C, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
+from .kernels.ir import Sym
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
 from .passes.layout import channels_last_convs
-from .kernels.ir import Sym
 from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
 

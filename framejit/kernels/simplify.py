@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Expr, Kernel, Sym, evaluate, product
+from .ir import Expr, Kernel, evaluate, product
 
 
 def _magnitude(e: Expr) -> int:

@@ -20,6 +20,7 @@ import torch
 
 from ..fx_ir import Graph, Node
 from . import normalize as _normalize
+from .symbolic import SYMBOLIC
 from .util import (
     Builder,
     RuleTable,
@@ -30,7 +31,6 @@ from .util import (
     normalize_dims,
     val,
 )
-from .symbolic import SYMBOLIC
 from .vocabulary import POINTWISE
 
 aten = torch.ops.aten

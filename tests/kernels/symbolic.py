@@ -48,7 +48,7 @@ def dynamic_launcher(fn, args, dims, launcher_class, device="cpu"):
     (static,) = backend.kernels
     kernel, values = symbolic_kernel(static.kernel, dims)
     outputs = []
-    for buf, (size, stride, dtype) in zip(kernel.outputs, static.outputs):
+    for buf, (size, _stride, dtype) in zip(kernel.outputs, static.outputs):
         # An output broadcasts into the box: its sizes are the box's trailing ones, or 1.
         lead = len(kernel.sizes) - len(size)
         shape = tuple(1 if n == 1 else kernel.sizes[lead + j] for j, n in enumerate(size))

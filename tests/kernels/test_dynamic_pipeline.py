@@ -11,14 +11,13 @@ import torch
 
 import framejit
 from framejit.fx_ir import Graph
+from framejit.kernels.c_runtime import CLauncher
 from framejit.kernels.ir import Sym
 from framejit.kernels.reference import ReferenceLauncher
+from framejit.kernels.triton_runtime import Launcher
 from framejit.passes import run_passes
 from framejit.passes.symbolic import NotSizeGeneric, symbolic_shapes
 from framejit.testing import assert_close_to_eager
-
-from framejit.kernels.c_runtime import CLauncher
-from framejit.kernels.triton_runtime import Launcher
 
 from .conftest import KernelCompiler
 
