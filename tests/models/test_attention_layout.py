@@ -148,7 +148,7 @@ def _model_layout_misses(name, kernel_functions, calls=3):
         warnings.simplefilter("ignore")
         model = make().eval()
     reference = copy.deepcopy(model)
-    compiled = framejit.compile(model)
+    compiled = framejit.compile(model, backend="c")  # also under FRAMEJIT_TEST_BACKEND=fx
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = reference(IDS, **kwargs)[key]
