@@ -29,6 +29,7 @@ import torch
 
 from .. import record
 from ..errors import ConstraintViolation, Unsupported
+from ..fx_ir.examples import size_symbol_source
 from .guards import Guard
 from .sources import SizeSource, Source
 
@@ -80,37 +81,6 @@ def dynamic_dims(dynamic, seen: dict | None, tensor: torch.Tensor, source: Sourc
 
 # -- one capture's symbols ---------------------------------------------------------------------------
 
-_torch_source_type = None
-
-
-def _torch_source(text: str):
-    """The source object torch's ShapeEnv wants for a new symbol (it only names the symbol in
-    torch's own logs; framejit keeps its own sources)."""
-    global _torch_source_type
-    if _torch_source_type is None:
-        import torch._guards as tg
-
-        class FramejitSizeSource(tg.Source):
-            def __init__(self, text):
-                self.text = text
-
-            @property
-            def name(self):  # torch 2.13 reads it as an attribute
-                return self.text
-
-            def guard_source(self):
-                return tg.GuardSource.LOCAL
-
-            def __hash__(self):
-                return hash(self.text)
-
-            def __eq__(self, other):
-                return type(other) is type(self) and other.text == self.text
-
-        _torch_source_type = FramejitSizeSource
-    return _torch_source_type(text)
-
-
 def _size_name(expr):
     """An input size in ``meta["sym_shape"]``: its symbol's name, or its value once fixed."""
     return int(expr) if expr.is_number else str(expr)
@@ -152,7 +122,7 @@ class ShapeContext:
             bounds = dims[d]
             # Marked dimensions get their own symbol; others share one with an equal size.
             kind = DimDynamic.DUCK if bounds is None else DimDynamic.DYNAMIC
-            origin = _torch_source(size_source.name())
+            origin = size_symbol_source(size_source.name())
             expr = self.env.create_symbol(int(n), origin, kind)
             if bounds is not None and bounds != (None, None):
                 lo, hi = bounds

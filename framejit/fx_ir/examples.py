@@ -176,3 +176,35 @@ def _new_meta(shape: tuple, stride: tuple, dtype: torch.dtype, requires_grad: bo
         return base.as_strided(shape, stride, offset).detach().requires_grad_(True)
     with torch.enable_grad():
         return base.requires_grad_(True).clone().as_strided(shape, stride, offset)
+
+
+_size_source_type = None
+
+
+def size_symbol_source(text: str):
+    """The source object torch's ShapeEnv wants for a new size symbol (it only names the
+    symbol in torch's own logs; framejit keeps its own sources): for capture's symbols and the
+    compiler's symbolic propagation alike."""
+    global _size_source_type
+    if _size_source_type is None:
+        import torch._guards as tg
+
+        class FramejitSizeSource(tg.Source):
+            def __init__(self, text):
+                self.text = text
+
+            @property
+            def name(self):  # torch 2.13 reads it as an attribute
+                return self.text
+
+            def guard_source(self):
+                return tg.GuardSource.LOCAL
+
+            def __hash__(self):
+                return hash(self.text)
+
+            def __eq__(self, other):
+                return type(other) is type(self) and other.text == self.text
+
+        _size_source_type = FramejitSizeSource
+    return _size_source_type(text)

@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from ..fx_ir import Graph, Node
+from ..fx_ir.examples import size_symbol_source
 from ..fx_ir.node import map_aggregate
 
 #: Set while the passes run on a graph with symbolic sizes: they must not turn a size into a
@@ -67,7 +68,7 @@ def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None) -> SymbolicS
     def make_symbol(name: str, hint: int, where: tuple):
         found = symbols.get(name)
         if found is None:
-            expr = env.create_symbol(hint, _source(name), DimDynamic.DYNAMIC)
+            expr = env.create_symbol(hint, size_symbol_source(name), DimDynamic.DYNAMIC)
             found = symbols[name] = env.create_symintnode(expr, hint=hint)
             binding[expr] = where
             hints[expr] = hint
@@ -170,36 +171,6 @@ def _fake_like(mode, t: torch.Tensor, device) -> torch.Tensor:
         fake = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype,
                                    device=device if device is not None else t.device)
     return fake.requires_grad_(True) if t.requires_grad else fake
-
-
-_source_type = None
-
-
-def _source(name: str):
-    """The source object torch's ShapeEnv wants for a new symbol (it only names it in logs)."""
-    global _source_type
-    if _source_type is None:
-        import torch._guards as tg
-
-        class SizeName(tg.Source):
-            def __init__(self, text):
-                self.text = text
-
-            @property
-            def name(self):
-                return self.text
-
-            def guard_source(self):
-                return tg.GuardSource.LOCAL
-
-            def __hash__(self):
-                return hash(self.text)
-
-            def __eq__(self, other):
-                return type(other) is type(self) and other.text == self.text
-
-        _source_type = SizeName
-    return _source_type(name)
 
 
 # -- sizes as graph nodes ------------------------------------------------------------------------
