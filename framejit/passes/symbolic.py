@@ -18,6 +18,7 @@ passes themselves never fold a size into a number while :data:`SYMBOLIC` is set 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import operator
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None) -> SymbolicS
         elif node.op in ("call_function", "call_method"):
             args, kwargs = load(node.args), load(node.kwargs)
             try:
-                with mode, torch.no_grad() if not _grad(node) else _null():
+                with mode, torch.no_grad() if not _grad(node) else contextlib.nullcontext():
                     if node.op == "call_function":
                         value = node.target(*args, **kwargs)
                     else:
@@ -156,14 +157,6 @@ def _at(e, hints) -> int:
 def _grad(node: Node) -> bool:
     val = node.meta.get("val")
     return isinstance(val, torch.Tensor) and val.requires_grad
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _fake_like(mode, t: torch.Tensor, device) -> torch.Tensor:

@@ -57,6 +57,15 @@ def kernel_backend_name() -> str:
     return _current["renderer"]
 
 
+@pytest.fixture(params=[1, 2], ids=["1_thread", "2_threads"])
+def threads(request):
+    """Runs the test with 1 and with 2 torch threads (the kernels' serial and parallel paths)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def device():
     if DEVICE == "cuda" and not torch.cuda.is_available():

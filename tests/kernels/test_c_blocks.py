@@ -24,14 +24,6 @@ def cpu_only(device):
         pytest.skip("C kernels run on CPU tensors")
 
 
-@pytest.fixture(params=[1, 2], ids=["1_thread", "2_threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 _EAGER = {"sum": torch.sum, "max": torch.amax, "min": torch.amin,
           "argmax": torch.argmax, "argmin": torch.argmin}
 

@@ -32,14 +32,6 @@ def cpu_only(device):
         pytest.skip("C kernels run on CPU tensors")
 
 
-@pytest.fixture(params=[1, 2], ids=["1_thread", "2_threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 #: (PARALLEL_MIN, SUM_CHUNK): the real ones, and tiny ones that small shapes cross.
 _THRESHOLDS = {"real_thresholds": (c_render.PARALLEL_MIN, c_render.SUM_CHUNK),
                "tiny_thresholds": (64, 16)}
