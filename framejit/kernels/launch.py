@@ -117,8 +117,7 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
     sizes go (``", ks0, ks1"``, empty for a static kernel); ``call`` may also use the run-time
     sizes by name (a grid, say). ``namespace`` binds its other names."""
     kernel = launcher.kernel
-    n_in = len(kernel.inputs) - (launcher.seed_index is not None)
-    params = [f"a{i}" for i in range(n_in)]
+    params = [f"a{i}" for i in range(launcher.tensor_count)]
     syms = [s.name for s in kernel.symbols()]
     namespace = {**namespace, "_empty": torch.empty_strided, "_randint": torch.randint,
                  "_i64": torch.int64, "_dev": launcher.device, "_fits": layout_fits,
