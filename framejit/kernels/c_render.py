@@ -250,10 +250,11 @@ def _float_fn(name: str, dtype: torch.dtype) -> str:
 
 
 def function_name(kernel: Kernel) -> str:
-    """The C name of ``kernel``'s function: its name plus a hash of its body, so that two
-    different kernels of the same name can share a shared object."""
+    """The C name of ``kernel``'s function: its stem plus a hash of its body, so that two
+    different kernels of the same name can share a shared object, and the same kernel at two
+    places of a graph (or in two graphs) is one function."""
     body = _Renderer(kernel, "KERNEL").function()
-    return f"{kernel.name}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+    return f"{kernel.function_stem}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
 
 def render_function(kernel: Kernel, name: str | None = None) -> str:

@@ -40,6 +40,10 @@ from typing import Any
 import torch
 
 
+#: What ``pipeline._unique`` appends to a kernel name already taken in the graph.
+_UNIQUE_SUFFIX = re.compile(r"_\d+$")
+
+
 @dataclass(frozen=True)
 class Sym:
     """A size or stride known only at run time.
@@ -141,6 +145,13 @@ class Kernel:
     ops: list[Op] = field(default_factory=list)
 
     # -- derived facts -----------------------------------------------------------------------
+    @property
+    def function_stem(self) -> str:
+        """The name the renderers give this kernel's function: :attr:`name` without the ``_<n>``
+        that makes it unique within its graph (``fj_red_sum_2`` -> ``fj_red_sum``). The same
+        kernel in every layer of a model then renders to the same source, which is built once."""
+        return _UNIQUE_SUFFIX.sub("", self.name) or self.name
+
     @property
     def outer_dims(self) -> tuple[int, ...]:
         return tuple(d for d in range(len(self.sizes)) if d not in self.reduce_dims)

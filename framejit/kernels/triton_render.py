@@ -105,7 +105,7 @@ def is_persistent(kernel: Kernel) -> bool:
 
 
 def render(kernel: Kernel) -> str:
-    """The Python source of a module defining the Triton kernel ``kernel.name``; its
+    """The Python source of a module defining the Triton kernel ``kernel.function_stem``; its
     decorator is the name ``_jit``, bound by the loader (``triton.jit`` or the interpreter)."""
     return _Renderer(kernel).source()
 
@@ -451,5 +451,5 @@ class _Renderer:
             head.append(f"@_jit(do_not_specialize={names!r})")
         else:
             head.append("@_jit")
-        head.append(f"def {k.name}({', '.join(params)}):")
+        head.append(f"def {k.function_stem}({', '.join(params)}):")
         return "\n".join(head + self.lines) + "\n"

@@ -104,7 +104,7 @@ def load_kernel(kernel: Kernel, source: str):
         module = importlib.util.module_from_spec(spec)
         module._jit = triton.jit
         spec.loader.exec_module(module)
-        fn = getattr(module, kernel.name)
+        fn = getattr(module, kernel.function_stem)
         _modules[source] = fn
         return fn
 

@@ -289,3 +289,38 @@ def test_exp_special_lanes_and_subnormal_results_in_a_masked_softmax():
     scores = torch.randn(2, 4, t, t).masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
     got, backend = run_kernels(lambda s: softmax(s), scores)
     assert_close_to_eager(got, torch.softmax(scores, -1))
+
+
+def test_the_same_kernel_twice_in_a_graph_is_one_function(tmp_path, monkeypatch):
+    """Layer after layer of a model lowers to kernels that differ only in their graph-unique
+    names (``fj_red_..._1``): they render to one function, built once."""
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    x, w = torch.randn(6, 32), torch.randn(32, 32)
+    c_runtime.clear_memory_cache()
+
+    def f(x, w):
+        h = A.mm.default(A.relu.default(A.add.Tensor(x, 1.5)), w)
+        return A.relu.default(A.add.Tensor(h, 1.5))
+
+    got, backend = run_kernels(f, x, w)
+    assert_close_to_eager(got, f(x, w))
+    first, second = backend.kernels
+    assert first.name != second.name  # unique in the graph, for dumps and the explain report
+    assert first.cname == second.cname and first.function == second.function
+    source = next(tmp_path.glob("c/*.c")).read_text()
+    assert source.count(f"void {first.cname}(") == 1
+
+
+def test_the_triton_source_of_a_kernel_does_not_depend_on_its_graph_unique_name():
+    import dataclasses
+
+    from framejit.kernels import triton_render
+
+    _, backend = run_kernels(lambda x: A.relu.default(A.add.Tensor(x, 1.5)), torch.randn(6, 32))
+    kernel = backend.kernels[0].kernel
+    again = dataclasses.replace(kernel, name=kernel.name + "_3")
+    assert again.function_stem == kernel.function_stem == kernel.name
+    assert triton_render.render(again) == triton_render.render(kernel)
+    assert c_render.function_name(again) == c_render.function_name(kernel)
+    other = dataclasses.replace(kernel, name="fj_poi_log1p")  # a digit that is no suffix
+    assert other.function_stem == "fj_poi_log1p"
