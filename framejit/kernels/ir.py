@@ -39,7 +39,6 @@ from typing import Any
 
 import torch
 
-
 #: What ``pipeline._unique`` appends to a kernel name already taken in the graph.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
 
