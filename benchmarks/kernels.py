@@ -34,7 +34,17 @@ from dataclasses import dataclass, field
 import torch
 import torch._dynamo
 import torch.nn.functional as F
-from timing import copy_gbps, first_call_s, fmt, fmt_rate, gbps, time_ms, use_fresh_caches
+from timing import (
+    copy_gbps,
+    cpu_clock,
+    first_call_s,
+    fmt,
+    fmt_rate,
+    gbps,
+    interleaved_cpu_ms,
+    time_ms,
+    use_fresh_caches,
+)
 
 import framejit
 
@@ -209,9 +219,14 @@ class Row:
     breaks: int | None = None
     check: str = "-"
     errors: list = field(default_factory=list)
+    #: CPU: the copy bandwidth measured interleaved with this row's timings (GB/s)
+    copy_gbps: float | None = None
 
 
-def measure(pattern: Pattern, dtype_name: str, m: int, n: int, device, opts) -> Row:
+def measure(pattern: Pattern, dtype_name: str, m: int, n: int, device, opts, copy=None) -> Row:
+    """One pattern at one dtype. On the CPU, ``copy`` (a zero-argument copy of ``copy[1]`` bytes
+    read + written) is timed in the same interleaved rounds as the three contenders, so the
+    row's "% copy" compares figures taken under the same load."""
     dtype = getattr(torch, DTYPES[dtype_name])
     torch.manual_seed(0)
     args = make_inputs(pattern, m, n, dtype, device)
@@ -219,6 +234,7 @@ def measure(pattern: Pattern, dtype_name: str, m: int, n: int, device, opts) -> 
     eager_out = pattern.fn(*args)
     row = Row(pattern.name, dtype_name, unique_bytes(args, eager_out))
     del eager_out
+    fns = {"eager": lambda: pattern.fn(*args)}
 
     try:
         framejit.reset()
@@ -230,21 +246,28 @@ def measure(pattern: Pattern, dtype_name: str, m: int, n: int, device, opts) -> 
         if s["fallbacks"]:
             row.check += f" ({s['fallbacks']} frame(s) ran as Python)"
         del out
-        row.fj_ms = time_ms(lambda: compiled(*args), device, quick=quick)
+        compiled(*args)  # a failure in steady state is reported here, not in the timing loop
+        fns["fj"] = lambda: compiled(*args)
     except Exception as e:  # report and go on: one failing pattern must not hide the others
         row.errors.append(f"framejit: {type(e).__name__}: {e}")
         row.check = "FAILED"
-
-    row.eager_ms = time_ms(lambda: pattern.fn(*args), device, quick=quick)
 
     if not opts.no_inductor:
         try:
             torch._dynamo.reset()
             inductor = torch.compile(pattern.fn, mode=None)
             row.ind_first_s, _ = first_call_s(inductor, args, device=device)
-            row.ind_ms = time_ms(lambda: inductor(*args), device, quick=quick)
+            fns["ind"] = lambda: inductor(*args)
         except Exception as e:
             row.errors.append(f"inductor: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    if device.type == "cpu" and copy is not None:
+        fns["copy"] = copy[0]
+        times = interleaved_cpu_ms(fns, rounds=7 if quick else 15)
+        row.copy_gbps = copy[1] / times.pop("copy") / 1e6
+    else:
+        times = {name: time_ms(fn, device, quick=quick) for name, fn in fns.items()}
+    row.eager_ms, row.fj_ms, row.ind_ms = times["eager"], times.get("fj"), times.get("ind")
     return row
 
 
@@ -274,18 +297,19 @@ def warm_up(device, opts) -> None:
 def print_tables(rows: list[Row], copy: float) -> None:
     print()
     print(f"{'pattern':<16}{'dtype':>6}{'MB':>8}{'framejit':>10}{'eager':>9}{'inductor':>10}"
-          f"{'fj/ind':>8}{'fj %copy':>10}{'kernels':>9}  check")
+          f"{'copy':>8}{'fj/ind':>8}{'fj %copy':>10}{'kernels':>9}  check")
     for r in rows:
         fj, ea, ind = gbps(r.nbytes, r.fj_ms), gbps(r.nbytes, r.eager_ms), gbps(r.nbytes, r.ind_ms)
         ratio = fj / ind if fj and ind else None
-        pct = 100 * fj / copy if fj else None
+        pct = 100 * fj / (r.copy_gbps or copy) if fj else None
         kernels = "-" if r.kernels is None else str(r.kernels)
         if r.breaks:
             kernels += f" ({r.breaks} br)"
         print(f"{r.pattern:<16}{r.dtype:>6}{r.nbytes / 1e6:>8.1f}{fmt_rate(fj, 10)}{fmt_rate(ea, 9)}"
-              f"{fmt_rate(ind, 10)}{fmt(ratio, '.2f', 8)}{fmt(pct, '.0f', 10)}{kernels:>9}  {r.check}")
+              f"{fmt_rate(ind, 10)}{fmt_rate(r.copy_gbps or copy, 8)}{fmt(ratio, '.2f', 8)}{fmt(pct, '.0f', 10)}{kernels:>9}  {r.check}")
     print("GB/s = unique bytes (inputs read once + outputs written once) / median time per call; "
-          "fj/ind > 1: framejit faster; % copy: of the fp32 copy bandwidth above.")
+          "fj/ind > 1: framejit faster; % copy: of the fp32 copy bandwidth (CPU: the copy timed in "
+          "the same interleaved rounds as the row, column 'copy').")
     print()
     print("First call: capture + compile + tuning (s; caches cold unless --warm-caches)")
     print(f"{'pattern':<16}{'dtype':>6}{'framejit':>10}{'inductor':>10}{'ind/fj':>8}")
@@ -367,13 +391,20 @@ def main(opts) -> int:
     print(f"shape {m}x{n}, dtypes {', '.join(dtypes)}, framejit backend={opts.backend!r}, caches: {caches}")
     copy = copy_gbps(device, copy_numel)
     print(f"copy bandwidth (fp32, {4 * copy_numel / 2**20:.0f} MiB, read + write): {copy:.0f} GB/s")
+    copy_timed = None
+    if device.type == "cpu":
+        src = torch.randn(copy_numel)
+        dst = torch.empty_like(src)
+        copy_timed = (lambda: dst.copy_(src), 2 * src.nbytes)
+        print(f"CPU timings: interleaved rounds of framejit, eager, Inductor and the copy, "
+              f"by {cpu_clock()[1]}")
     t0 = time.perf_counter()
     warm_up(device, opts)
     rows = []
     for pattern in patterns:
         for dtype_name in dtypes:
             try:
-                row = measure(pattern, dtype_name, m, n, device, opts)
+                row = measure(pattern, dtype_name, m, n, device, opts, copy_timed)
             except Exception as e:  # the eager run itself failed (out of memory, say)
                 row = Row(pattern.name, dtype_name, 0, check="FAILED",
                           errors=[f"eager: {type(e).__name__}: {e}"])
