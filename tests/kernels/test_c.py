@@ -324,3 +324,40 @@ def test_the_triton_source_of_a_kernel_does_not_depend_on_its_graph_unique_name(
     assert c_render.function_name(again) == c_render.function_name(kernel)
     other = dataclasses.replace(kernel, name="fj_poi_log1p")  # a digit that is no suffix
     assert other.function_stem == "fj_poi_log1p"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_costly_value_a_later_loop_needs_again_is_computed_once_per_element(dtype, threads):
+    """Softmax's exp is summed in one loop over the row and divided in the next: the row keeps
+    it in a buffer (as Inductor's local buffers do), so exp runs once per element. NaN, -inf
+    (a causal mask) and inf rows still give eager's results."""
+    torch.manual_seed(0)
+    x = (torch.randn(64, 300) * 4).to(dtype)
+    x[1, 5], x[2, :150], x[3, 7] = float("nan"), float("-inf"), float("inf")
+    got, backend = run_kernels(softmax, x)
+    assert_close_to_eager(got, softmax(x))
+    if dtype == torch.float32:  # (half exp rounds to half between torch ops: a kernel's output)
+        (kernel,) = backend.kernels
+        assert kernel.source.count("fj_expf(") == 1 and "fj_b" in kernel.source
+
+    # tanh feeds three loops (mean, variance, normalize): computed in the first, read in two.
+    def norm_of_tanh(x):
+        t = A.tanh.default(x)
+        mean = A.mean.dim(t, [-1], True)
+        d = A.sub.Tensor(t, mean)
+        var = A.mean.dim(A.mul.Tensor(d, d), [-1], True)
+        return A.mul.Tensor(d, A.rsqrt.default(A.add.Tensor(var, 1e-5)))
+
+    got, backend = run_kernels(norm_of_tanh, x)
+    assert_close_to_eager(got, norm_of_tanh(x))
+    if dtype == torch.float32:
+        (kernel,) = backend.kernels
+        assert kernel.source.count("tanhf(") == 1
+
+
+def test_rows_too_long_for_a_row_buffer_compute_the_value_again():
+    x = torch.randn(2, c_render.ROW_CACHE_BYTES // 4 + 1)
+    got, backend = run_kernels(softmax, x)
+    assert_close_to_eager(got, softmax(x))
+    (kernel,) = backend.kernels
+    assert kernel.source.count("fj_expf(") == 2 and "fj_b" not in kernel.source
