@@ -124,6 +124,8 @@ def main():
                     help="--device cpu: forward-only against Inductor with this many threads")
     ap.add_argument("--warm-caches", action="store_true",
                     help="--device cuda: keep the usual compile caches (first calls may be warm)")
+    ap.add_argument("--model", default=None,
+                    help="--threads N: comma-separated model names to run (default: all), e.g. T5,BERT")
     opts = ap.parse_args()
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
@@ -451,7 +453,10 @@ def run_cpu_forward(opts):
     torch._dynamo.reset()
     rows = []
     t0 = time.perf_counter()
+    wanted = opts.model.split(",") if opts.model else None
     for name, make, args, kwargs in _cpu_forward_cases():
+        if wanted and name not in wanted:
+            continue
         torch.manual_seed(0)
         model = make().eval()
         row = {"name": name, "notes": []}
