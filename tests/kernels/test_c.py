@@ -24,14 +24,6 @@ def c_renderer(renderer, device):
     conftest._current["renderer"] = "c"
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def test_parallel_kernels_at_one_and_two_threads(threads):
     torch.manual_seed(0)
     x = torch.randn(40, 1000)  # 40k elements: rows in parallel
