@@ -72,11 +72,6 @@ BLOCK = 16
 SHORT_RUN = 4
 #: Rows of at most this many elements are unrolled in the block loop.
 UNROLL_ROW = 16
-#: Bytes of a row's buffers for costly values that a later loop over the row needs again
-#: (see :meth:`_Renderer.plan_row_cache`): at most this much, on the stack.
-ROW_CACHE_BYTES = 65536
-#: The ops worth a store and a load rather than a second computation: calls to math functions.
-COSTLY = frozenset({"exp", "log", "log1p", "expm1", "tanh", "erf", "sin", "cos", "sigmoid"})
 
 _C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
@@ -303,8 +298,6 @@ class _Renderer:
         self.index = {b.name: i for i, b in enumerate(kernel.buffers)}
         self.invariant = self._row_invariant()
         self.hoisted: set[int] = set()  # invariant ops already defined in the current row
-        self.filling: set[int] = set()  # ops the current loop stores in their row buffer
-        self.filled: set[int] = set()  # ops an earlier loop of this row stored: read, not computed
         self.block = self.block_dim()
 
     def _row_invariant(self) -> set[int]:
@@ -463,57 +456,8 @@ class _Renderer:
             op = self.k.ops[i]
             if op.kind == "store":
                 self.store(op, indent)
-            elif i in self.filled:
-                self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = fj_b{i}[r];")
             elif op.kind != "reduce":
                 self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {self.expr(op)};")
-                if i in self.filling:
-                    self.lines.append(f"{indent}fj_b{i}[r] = t{i};")
-
-    def loop_ops(self, roots: list[int]) -> list[int]:
-        """The ops a loop over ``r`` computes for ``roots``: their FULL closure without the
-        row-invariant ops (hoisted), stopping at the values an earlier loop of the row stored
-        in a row buffer (read back instead)."""
-        k = self.k
-        need: set[int] = set()
-        stack = list(roots)
-        while stack:
-            i = stack.pop()
-            op = k.ops[i]
-            if i in need or op.level != FULL or op.kind == "reduce":
-                continue
-            need.add(i)
-            if i in self.filled:
-                continue
-            if op.kind == "store":
-                stack.append(op.args[1])
-            elif op.kind not in ("load", "const", "rand"):
-                stack.extend(a for a in op.args if is_operand(a))
-        return [i for i in sorted(need) if i not in self.invariant]
-
-    def plan_row_cache(self, loops: list[list[int]]) -> dict[int, int]:
-        """Costly values (exp, tanh, ...: :data:`COSTLY`) that a row computes in one of its
-        ``loops`` (each the roots of one loop over ``r``, in order) and needs again in a later
-        one: op -> the loop that stores them in a row buffer, which the later loops read
-        instead of computing them again. Softmax then takes one exp per element, not two, as
-        with Inductor's local buffers. Only static rows of one thread, within
-        :data:`ROW_CACHE_BYTES`."""
-        if self.dynamic or not isinstance(self.rnumel, int) or len(loops) < 2:
-            return {}
-        k = self.k
-        needs = [set(k.full_closure(roots)) - self.invariant for roots in loops]
-        plan: dict[int, int] = {}
-        room = ROW_CACHE_BYTES
-        for n, need in enumerate(needs):
-            for i in sorted(need):
-                op = k.ops[i]
-                if i in plan or op.kind not in COSTLY or not op.dtype.is_floating_point:
-                    continue
-                size = self.rnumel * op.dtype.itemsize
-                if size <= room and any(i in later for later in needs[n + 1:]):
-                    plan[i] = n
-                    room -= size
-        return plan
 
     # -- structure ------------------------------------------------------------------------------
     def reduce_deps(self) -> list[set[int]]:
@@ -575,7 +519,8 @@ class _Renderer:
     def reduce_loop(self, group: list[int], lo: str, hi: str, indent: str) -> None:
         """Accumulate ``group`` over ``r`` in [lo, hi) into ``a<i>`` (and ``a<i>_i``)."""
         k = self.k
-        body = self.loop_ops([k.ops[i].args[1] for i in group])  # invariants: reduce_group
+        body = [i for i in self.k.full_closure([k.ops[i].args[1] for i in group])
+                if i not in self.invariant]  # hoisted by reduce_group
         sums = [i for i in group if k.ops[i].args[0] == "sum"]
         float_sums = [i for i in sums if k.ops[k.ops[i].args[1]].dtype == torch.float32]
         # max/min vectorize as an OpenMP max/min reduction plus a NaN flag (the reduction
@@ -788,35 +733,27 @@ class _Renderer:
         self.lines.append(f"{indent}#pragma omp simd")
         self.lines.append(f"{indent}for (int64_t r = {lo}; r < {hi}; r++) {{")
         self.define_dims(self.rdims, "r", "r", indent + "    ")
-        self.emit(self.loop_ops(stores), indent + "    ")
+        self.emit([i for i in self.k.full_closure(stores) if i not in self.invariant],
+                  indent + "    ")
         self.lines.append(f"{indent}}}")
 
     def row(self, indent: str, split: bool | str) -> None:
         """Everything one row ``x`` computes."""
         k = self.k
         done: set[int] = set()
-        groups = self.reduce_groups()
-        stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
-        loops = [[k.ops[i].args[1] for i in group] for group in groups] + [stores]
-        plan = {} if split else self.plan_row_cache(loops)
-        for i in plan:
-            self.lines.append(f"{indent}{c_type(k.ops[i].dtype)} fj_b{i}[{self.rnumel}];")
-        for n, group in enumerate(groups):
+        for group in self.reduce_groups():
             first = group[0]
             ready = [j for j in range(first) if j not in done and k.ops[j].level == OUTER
                      and k.ops[j].kind != "reduce"]
             self.emit(ready, indent)
             done.update(ready)
-            self.filling = {i for i, at in plan.items() if at == n}
             self.reduce_group(group, indent, split)
-            self.filled |= self.filling
-            self.filling = set()
             done.update(group)
         rest = [j for j, op in enumerate(k.ops) if j not in done and op.level == OUTER]
         self.emit(rest, indent)
+        stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
         if stores:
             self.store_loop(stores, indent, split)
-        self.filled = set()
 
     # -- reductions across a block of outputs ----------------------------------------------
     def block_dim(self) -> int | None:
