@@ -106,14 +106,6 @@ FJ_SIMD_DECL(double, tanh) FJ_SIMD_DECL(double, erf)
    glibc's expf over all floats, with exp(-inf) = 0, exp(inf) = inf, NaN kept and subnormal
    results. Plain arithmetic, so it vectorizes; libmvec's vector expf falls back to a scalar call
    for every vector that holds a special lane (-inf from a causal mask: 20x slower). */
-/* a*b+c rounded once where the CPU has FMA (one instruction, and vectorized; our own math
-   functions only: -ffp-contract=off keeps the compiler from fusing the kernels' arithmetic),
-   else rounded twice. */
-#ifdef __FMA__
-#define FJ_FMA(a, b, c) fmaf(a, b, c)
-#else
-#define FJ_FMA(a, b, c) ((a) * (b) + (c))
-#endif
 static inline float fj_pow2i(int32_t k) {  /* 2^k, -126 <= k <= 127 */
     const uint32_t bits = (uint32_t)(k + 127) << 23;
     float f;
@@ -124,16 +116,16 @@ static inline float fj_expf(float x) {
     float c = x < -104.0f ? -104.0f : x;
     c = c > 89.0f ? 89.0f : c;
     const float k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round */
-    float r = FJ_FMA(k, -0.693359375f, c);
-    r = FJ_FMA(k, 2.12194440e-4f, r);
+    float r = c - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
-    p = FJ_FMA(p, r, 1.3981999507e-3f);
-    p = FJ_FMA(p, r, 8.3334519073e-3f);
-    p = FJ_FMA(p, r, 4.1665795894e-2f);
-    p = FJ_FMA(p, r, 1.6666665459e-1f);
-    p = FJ_FMA(p, r, 5.0000001201e-1f);
-    p = FJ_FMA(p, r * r, r + 1.0f);
-    const int32_t ki = (int32_t)k, k1 = ki >> 1;  /* gcc shifts signed values arithmetically */
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const int32_t ki = (int32_t)k, k1 = ki / 2;
     const float y = p * fj_pow2i(k1) * fj_pow2i(ki - k1);  /* two steps: 2^k may be subnormal */
     return x != x ? x : y;
 }
