@@ -324,3 +324,30 @@ def test_the_triton_source_of_a_kernel_does_not_depend_on_its_graph_unique_name(
     assert c_render.function_name(again) == c_render.function_name(kernel)
     other = dataclasses.replace(kernel, name="fj_poi_log1p")  # a digit that is no suffix
     assert other.function_stem == "fj_poi_log1p"
+
+
+@pytest.mark.parametrize("n", [96, c_render.ROW_BUFFER + 8])
+def test_short_rows_keep_costly_values_in_a_row_buffer(threads, n):
+    # A softmax's exp is computed once per element and kept for the division (a row buffer),
+    # and a layer norm's sum of inputs once for its three loops, when the row is short; a long
+    # row recomputes them. NaN, -inf and +inf rows come out as eager's either way.
+    x = torch.randn(6, n)
+    x[1, 3] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("inf")
+    x[4, ::2] = float("-inf")
+    got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
+    assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
+    (launcher,) = backend.kernels
+    short = n <= c_render.ROW_BUFFER
+    assert (f"[{n}] __attribute__((aligned(64)))" in launcher.source) == short, launcher.source
+    assert launcher.source.count("fj_expf(") == (1 if short else 2), launcher.source
+
+    b, r, w, bias = torch.randn(n), torch.randn(6, n), torch.randn(n), torch.randn(n)
+    y = torch.randn(6, n)
+    got, backend = run_kernels(lambda y, b, r, w, bias: layer_norm(A.add.Tensor(A.add.Tensor(y, b), r), w, bias),
+                               y, b, r, w, bias)
+    assert_close_to_eager(got, torch.nn.functional.layer_norm(y + b + r, (n,), w, bias))
+    (launcher,) = backend.kernels
+    # Loads of the three inputs: once (then the buffer) for a short row, in every loop otherwise.
+    assert launcher.source.count("in2[") == (1 if short else 3), launcher.source
