@@ -30,6 +30,7 @@ from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
 from .passes.layout import channels_last_convs
+from .passes.matmul import bmm_operands
 from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
 
@@ -91,6 +92,7 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
             return fn
     elif "cpu" in devices:
         channels_last_convs(graph)
+        bmm_operands(graph)
         if lint:
             graph.lint()
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
