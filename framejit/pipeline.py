@@ -25,6 +25,7 @@ import torch
 from . import _C, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
 from .kernels.ir import Sym
+from .kernels.launch import donate_dead_inputs
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
@@ -222,6 +223,7 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
     new = Graph()
     env: dict[Node, Node] = {}
     made: dict = {}  # size expression -> node of the new graph computing it
+    kernel_calls: dict[Node, Any] = {}
     for u in units:
         if isinstance(u, Node):
             env[u] = new.node_copy(u, env.__getitem__)
@@ -239,6 +241,7 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
         # The launch runs with capture off: Triton's Python (and the interpreter's) is never
         # offered to the frame hook.
         call = new.call_function(_C.CompiledFunction(launcher, None), args, name=launcher.name)
+        kernel_calls[call] = launcher
         if len(lowered.outputs) == 1:
             (out,) = lowered.outputs
             call.meta = dict(out.meta)
@@ -249,4 +252,5 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
                 item = new.call_function(operator.getitem, (call, i), name=out.name)
                 item.meta = dict(out.meta)
                 env[out] = item
+    donate_dead_inputs(new, kernel_calls)
     return new
