@@ -77,6 +77,7 @@ UNROLL_ROW = 16
 #: inputs) in a local array, a "row buffer", as Inductor keeps them in its output buffer: the
 #: later loop loads them instead of recomputing them (each exp once, not twice).
 ROW_BUFFER = 4096
+ROW_BUFFER_BYTES = 65536
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
 _COSTLY = frozenset({"exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "erf", "sqrt", "rsqrt",
                      "sigmoid", "truediv", "reciprocal", "rand"})
@@ -515,7 +516,9 @@ class _Renderer:
             bodies.append(body)
         used = {i for j, body in enumerate(bodies) for i in body
                 if i in buffered and first[i] < j}
-        if not used:
+        # At most ROW_BUFFER_BYTES of stack per row (OpenMP threads have small stacks).
+        if not used or self.rnumel * sum(torch.empty((), dtype=k.ops[i].dtype).element_size()
+                                         for i in used) > ROW_BUFFER_BYTES:
             return plain
         return [({i for i in body if i in used and first[i] < j},
                  [i for i in body if i in used and first[i] == j])

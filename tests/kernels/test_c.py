@@ -408,3 +408,14 @@ def test_kernels_write_over_dead_matmul_results_without_grad(threads):
     with torch.no_grad():  # a graph input is never written over
         run_kernels(lambda x: torch.relu(x) + 1, x)
     assert torch.equal(x, args[0])
+
+
+def test_row_buffers_stay_within_their_stack_budget(monkeypatch):
+    # Past ROW_BUFFER_BYTES of buffers per row the kernel recomputes instead (same results).
+    monkeypatch.setattr(c_render, "ROW_BUFFER_BYTES", 4 * 64)
+    x = torch.randn(3, 96)
+    got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
+    assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
+    (launcher,) = backend.kernels
+    assert "__attribute__((aligned(64)))" not in launcher.source
+    assert launcher.source.count("fj_expf(") == 2
