@@ -25,11 +25,13 @@ import torch
 from . import _C, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
 from .kernels.ir import Sym
+from .kernels.launch import donate_dead_inputs
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
 from .passes.layout import channels_last_convs
+from .passes.matmul import bmm_operands
 from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
 
@@ -91,6 +93,7 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
             return fn
     elif "cpu" in devices:
         channels_last_convs(graph)
+        bmm_operands(graph)
         if lint:
             graph.lint()
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
@@ -220,6 +223,7 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
     new = Graph()
     env: dict[Node, Node] = {}
     made: dict = {}  # size expression -> node of the new graph computing it
+    kernel_calls: dict[Node, Any] = {}
     for u in units:
         if isinstance(u, Node):
             env[u] = new.node_copy(u, env.__getitem__)
@@ -237,6 +241,7 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
         # The launch runs with capture off: Triton's Python (and the interpreter's) is never
         # offered to the frame hook.
         call = new.call_function(_C.CompiledFunction(launcher, None), args, name=launcher.name)
+        kernel_calls[call] = launcher
         if len(lowered.outputs) == 1:
             (out,) = lowered.outputs
             call.meta = dict(out.meta)
@@ -247,4 +252,5 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
                 item = new.call_function(operator.getitem, (call, i), name=out.name)
                 item.meta = dict(out.meta)
                 env[out] = item
+    donate_dead_inputs(new, kernel_calls)
     return new

@@ -316,3 +316,98 @@ def test_the_triton_source_of_a_kernel_does_not_depend_on_its_graph_unique_name(
     assert c_render.function_name(again) == c_render.function_name(kernel)
     other = dataclasses.replace(kernel, name="fj_poi_log1p")  # a digit that is no suffix
     assert other.function_stem == "fj_poi_log1p"
+
+
+@pytest.mark.parametrize("n", [96, c_render.ROW_BUFFER + 8])
+def test_short_rows_keep_costly_values_in_a_row_buffer(threads, n):
+    # A softmax's exp is computed once per element and kept for the division (a row buffer),
+    # and a layer norm's sum of inputs once for its three loops, when the row is short; a long
+    # row recomputes them. NaN, -inf and +inf rows come out as eager's either way.
+    x = torch.randn(6, n)
+    x[1, 3] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("inf")
+    x[4, ::2] = float("-inf")
+    got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
+    assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
+    (launcher,) = backend.kernels
+    short = n <= c_render.ROW_BUFFER
+    assert (f"[{n}] __attribute__((aligned(64)))" in launcher.source) == short, launcher.source
+    assert launcher.source.count("fj_expf(") == (1 if short else 2), launcher.source
+
+    b, r, w, bias = torch.randn(n), torch.randn(6, n), torch.randn(n), torch.randn(n)
+    y = torch.randn(6, n)
+    got, backend = run_kernels(lambda y, b, r, w, bias: layer_norm(A.add.Tensor(A.add.Tensor(y, b), r), w, bias),
+                               y, b, r, w, bias)
+    assert_close_to_eager(got, torch.nn.functional.layer_norm(y + b + r, (n,), w, bias))
+    (launcher,) = backend.kernels
+    # Loads of the three inputs: once (then the buffer) for a short row, in every loop otherwise.
+    assert launcher.source.count("in2[") == (1 if short else 3), launcher.source
+
+
+def _ulp_error(got: torch.Tensor, x: torch.Tensor, fn) -> torch.Tensor:
+    """|got - fn(x)| in units of the fp32 ulp of the exact (fp64) result."""
+    exact = fn(x.double())
+    _, e = torch.frexp(exact.float().abs().clamp_min(torch.finfo(torch.float32).tiny))
+    ulp = torch.ldexp(torch.ones_like(exact), (e - 24).to(torch.int64))
+    return (got.double() - exact).abs() / ulp
+
+
+def test_exp_is_within_one_ulp_over_a_dense_sample_of_floats():
+    # Every 4099th fp32 bit pattern (1M floats, all exponents and signs), plus the rounding
+    # boundaries of the range reduction: fj_expf (FMA when the CPU has it) stays within 1.02
+    # ulp of the exact result where it is finite, and gets NaN, inf and 0 exactly as eager.
+    bits = torch.arange(0, 2**32, 4099, dtype=torch.int64)
+    bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+    x = torch.cat([bits.view(torch.float32), torch.linspace(-104, 89, 100001)])
+    got, _ = run_kernels(lambda x: A.exp.default(x), x)
+    want = torch.exp(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.isinf(), want.isinf()) and torch.equal(got == 0, want == 0)
+    finite = want.isfinite() & (want != 0) & (x > -87.3)  # normal results
+    assert _ulp_error(got[finite], x[finite], torch.exp).max() < 1.02
+    subnormal = want.isfinite() & (want != 0) & (x <= -87.3)
+    assert ((got[subnormal].double() - torch.exp(x[subnormal].double())).abs() <= 1.5e-45).all()
+
+
+def _mlp(x, w, b, r, lw, lb):
+    h = torch.relu(x @ w + b)
+    z = torch.nn.functional.layer_norm(h @ w.t() + r, (w.shape[0],), lw, lb)
+    return z, torch.nn.functional.gelu(z @ w) * 2, z.sum(-1)
+
+
+def test_kernels_write_over_dead_matmul_results_without_grad(threads):
+    # Each pointwise / row kernel after a matmul writes its output over the matmul's result
+    # (dead after it, laid out like the output), as Inductor reuses buffers; z, a graph output
+    # that a later matmul and a reduction also read, is never written over. The bits are those
+    # of fresh outputs (grad mode on), and both match eager.
+    torch.manual_seed(0)
+    args = (torch.randn(4, 8, 64), torch.randn(64, 64), torch.randn(64), torch.randn(4, 8, 64),
+            torch.randn(64), torch.randn(64))
+    with torch.no_grad():
+        got, backend = run_kernels(_mlp, *args)
+    assert_close_to_eager(got, _mlp(*args))
+    donating = {k.name: k.donated for k in backend.kernels if k.donated}
+    assert len(donating) == 3 and all(d == {0: 0} for d in donating.values()), donating
+    fresh = backend.compiled[0](*args)  # grad enabled: fresh outputs, same kernels
+    for a, b in zip(got, fresh):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        again = backend.compiled[0](*args)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+    x = args[0].clone()
+    with torch.no_grad():  # a graph input is never written over
+        run_kernels(lambda x: torch.relu(x) + 1, x)
+    assert torch.equal(x, args[0])
+
+
+def test_row_buffers_stay_within_their_stack_budget(monkeypatch):
+    # Past ROW_BUFFER_BYTES of buffers per row the kernel recomputes instead (same results).
+    monkeypatch.setattr(c_render, "ROW_BUFFER_BYTES", 4 * 64)
+    x = torch.randn(3, 96)
+    got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
+    assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
+    (launcher,) = backend.kernels
+    assert "__attribute__((aligned(64)))" not in launcher.source
+    assert launcher.source.count("fj_expf(") == 2
