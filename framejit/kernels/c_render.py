@@ -999,12 +999,17 @@ class _Renderer:
         k = self.k
         out = []
         seeds = {op.args[0] for op in k.ops if op.kind == "rand"}
+        # An input and an output the launch may pass as one tensor are not restrict (the loops
+        # are vectorized by their omp simd pragmas, which need no restrict).
+        shared = {b.name for a in k.inputs for o in k.outputs if k.may_share_memory(a, o)
+                  for b in (a, o)}
         for i, b in enumerate(k.buffers):
             if b.name in seeds:
                 out.append(f"{indent}const int64_t {b.name}_seed = *(const int64_t *)bufs[{i}];")
                 continue
             qual = "" if b.is_output else "const "
-            out.append(f"{indent}{qual}{c_type(b.dtype)} *restrict {b.name} = "
+            restrict = "" if b.name in shared else "restrict "
+            out.append(f"{indent}{qual}{c_type(b.dtype)} *{restrict}{b.name} = "
                        f"({qual}{c_type(b.dtype)} *)bufs[{i}];")
         for i, sym in enumerate(k.symbols()):
             out.append(f"{indent}const int64_t {sym} = sizes[{i}];")

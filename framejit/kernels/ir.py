@@ -151,6 +151,14 @@ class Kernel:
         kernel in every layer of a model then renders to the same source, which is built once."""
         return _UNIQUE_SUFFIX.sub("", self.name) or self.name
 
+    def may_share_memory(self, inp: Buffer, out: Buffer) -> bool:
+        """Whether the launch may pass one tensor as both input ``inp`` and output ``out`` (an
+        input dead after the call: see ``launch.donate_dead_inputs``): only when they have the
+        same dtype and strides, so that each point of the memory is read, then written, at the
+        same index. Renderers must not assume such a pair distinct (no C ``restrict``)."""
+        return (not inp.is_output and out.is_output and inp.dtype == out.dtype
+                and tuple(inp.strides) == tuple(out.strides))
+
     @property
     def outer_dims(self) -> tuple[int, ...]:
         return tuple(d for d in range(len(self.sizes)) if d not in self.reduce_dims)

@@ -192,8 +192,7 @@ def donate_dead_inputs(graph, kernel_calls: dict) -> None:
             for k, (size, stride, dtype) in enumerate(launcher.outputs):
                 if k in donated or dtype != val.dtype or tuple(val.shape) != tuple(size) \
                         or tuple(val.stride()) != tuple(stride) \
-                        or tuple(outputs[k].strides) != tuple(buffer.strides) \
-                        or buffer.dtype != outputs[k].dtype:
+                        or not kernel.may_share_memory(buffer, outputs[k]):
                     continue
                 donated[k] = position
                 break
