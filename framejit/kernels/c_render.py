@@ -901,12 +901,15 @@ class _Renderer:
         k = self.k
         out = []
         seeds = {op.args[0] for op in k.ops if op.kind == "rand"}
+        # An output written in place of an input: the two pointers are the same memory.
+        shared = {n for b in k.buffers if b.reuses for n in (b.name, b.reuses)}
         for i, b in enumerate(k.buffers):
             if b.name in seeds:
                 out.append(f"{indent}const int64_t {b.name}_seed = *(const int64_t *)bufs[{i}];")
                 continue
             qual = "" if b.is_output else "const "
-            out.append(f"{indent}{qual}{c_type(b.dtype)} *restrict {b.name} = "
+            restrict = "" if b.name in shared else "restrict "
+            out.append(f"{indent}{qual}{c_type(b.dtype)} *{restrict}{b.name} = "
                        f"({qual}{c_type(b.dtype)} *)bufs[{i}];")
         for i, sym in enumerate(k.symbols()):
             out.append(f"{indent}const int64_t {sym} = sizes[{i}];")

@@ -92,10 +92,16 @@ class Buffer:
     #: Strides in the kernel's box (0 along broadcast dimensions), one per box dimension.
     strides: tuple[Expr, ...]
     is_output: bool = False
+    #: For an output: the input buffer whose memory it is written into (an input dead after the
+    #: kernel, laid out alike; each point is read, then written, by the same iteration). The
+    #: launcher passes that input's tensor as the output; the renderers must not assume the two
+    #: pointers distinct.
+    reuses: str | None = None
 
     def __str__(self) -> str:
         role = "out" if self.is_output else "in"
-        return f"{self.name:<5} {_dt(self.dtype)} {role} strides [{', '.join(map(str, self.strides))}]"
+        text = f"{self.name:<5} {_dt(self.dtype)} {role} strides [{', '.join(map(str, self.strides))}]"
+        return text + (f" in place of {self.reuses}" if self.reuses else "")
 
 
 @dataclass(frozen=True)

@@ -129,10 +129,16 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
         lines.append(f"    if a{i}.stride() != {stride} and not _fits(a{i}, {size}, {stride}):")
         lines.append(f"        return _miss({', '.join(params + syms)})")
     outs = []
+    reused = _reused_inputs(launcher)
     for k, (size, stride, dtype) in enumerate(launcher.outputs):
         namespace[f"_dt{k}"] = dtype
-        lines.append(f"    o{k} = _empty({expr_text(tuple(size))}, {expr_text(tuple(stride))}, "
-                     f"dtype=_dt{k}, device=_dev)")
+        if k in reused:
+            # The kernel writes this output over an input that is dead after it (its strides
+            # were checked above, or are exact).
+            lines.append(f"    o{k} = a{reused[k]}")
+        else:
+            lines.append(f"    o{k} = _empty({expr_text(tuple(size))}, "
+                         f"{expr_text(tuple(stride))}, dtype=_dt{k}, device=_dev)")
         outs.append(f"o{k}")
     args = list(params)
     if launcher.seed_index is not None:
@@ -142,3 +148,12 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
     lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
     exec(compile("\n".join(lines) + "\n", f"<framejit-launch {kernel.name}>", "exec"), namespace)
     return namespace[f"launch_{kernel.name}"]
+
+
+def _reused_inputs(launcher: KernelLauncher) -> dict[int, int]:
+    """Output position -> position among the call's tensors of the input it is written over
+    (``Buffer.reuses``)."""
+    kernel = launcher.kernel
+    params = [b.name for i, b in enumerate(kernel.inputs) if i != launcher.seed_index]
+    return {k: params.index(b.reuses) for k, b in enumerate(kernel.outputs)
+            if b.reuses is not None and b.reuses in params}

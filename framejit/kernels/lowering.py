@@ -9,10 +9,11 @@ and says which graph values it reads and writes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ..fx_ir import Node
 from .ir import FULL, OUTER, Buffer, Kernel, Op, Sym, compute_dtype, product
@@ -401,8 +402,33 @@ class _Lowering:
             name = f"out{k}"
             self.kernel.buffers.append(Buffer(name, val.dtype, strides, is_output=True))
             self.emit("store", (name, self.value[node]), compute_dtype(val.dtype), level)
+        self.reuse_dead_input(outputs)
         sizes = {name: e for e, name in self.size_args.items()}
         return LoweredGroup(self.kernel, self.input_nodes, outputs, sizes, self.layouts)
+
+    def reuse_dead_input(self, outputs: list[Node]) -> None:
+        """Write the output of a pointwise CPU kernel over an input it makes dead: a fresh result
+        of a torch op (a convolution, a matmul) that nothing else reads, of the output's dtype,
+        shape and strides. Each point of it is then read and written by the same iteration, and
+        the call allocates (and the OS faults in) no new memory: a conv's batch norm and ReLU
+        run in place, as Inductor's do."""
+        if self.reduce_dims or self.symbolic is not None or self.seed is not None \
+                or len(outputs) != 1:
+            return
+        out, device = outputs[0].meta["val"], outputs[0].meta.get("device")
+        if device is None or torch.device(device).type != "cpu" or not _dense(out):
+            return
+        for node in self.input_nodes:
+            val = node.meta.get("val") if node is not None else None
+            if (isinstance(val, torch.Tensor) and node.op == "call_function"
+                    and _allocates(node.target) and not val.requires_grad
+                    and all(u in self.members for u in node.users)
+                    and val.dtype == out.dtype and val.shape == out.shape
+                    and val.stride() == out.stride() and val.device == out.device):
+                k = len(self.kernel.buffers) - 1  # the single output, last
+                self.kernel.buffers[k] = replace(self.kernel.buffers[k],
+                                                 reuses=self.input_buffer[node])
+                return
 
     def lower(self, node: Node) -> int:
         target, args = node.target, node.args
@@ -482,6 +508,34 @@ class _Lowering:
         if n < 0:
             result = self.emit("reciprocal", (result,), c, level)
         return result
+
+
+#: Ops whose result is a new tensor that shares its memory with no other live value (a matmul
+#: may return a view of its own temporary, which nothing else holds).
+_ALLOCATING = {
+    torch.conv1d, torch.conv2d, torch.conv3d, F.conv1d, F.conv2d, F.conv3d, F.linear,
+    torch.mm, torch.bmm, torch.addmm, torch.baddbmm, aten.convolution.default,
+    aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.mm.default,
+    aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+}
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t`` covers exactly ``numel`` elements of memory, none twice (a permutation of a
+    contiguous tensor)."""
+    step = 1
+    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda p: (p[1], p[0])):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
+def _allocates(target: Any) -> bool:
+    try:
+        return target in _ALLOCATING
+    except TypeError:  # an unhashable callable
+        return False
 
 
 def _hint_one(e) -> bool:
