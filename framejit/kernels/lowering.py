@@ -514,9 +514,9 @@ class _Lowering:
 #: may return a view of its own temporary, which nothing else holds).
 _ALLOCATING = {
     torch.conv1d, torch.conv2d, torch.conv3d, F.conv1d, F.conv2d, F.conv3d, F.linear,
-    torch.mm, torch.bmm, torch.addmm, torch.baddbmm, aten.convolution.default,
+    torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.matmul, aten.convolution.default,
     aten.conv1d.default, aten.conv2d.default, aten.conv3d.default, aten.mm.default,
-    aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+    aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.matmul.default,
 }
 
 
