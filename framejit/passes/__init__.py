@@ -28,7 +28,8 @@ def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False,
                symbolic: bool = False) -> None:
     """normalize, decompose, normalize, dce, cse, pointwise_into_windows, dce, fold_constants,
     dce; with ``lint=True`` the graph is checked (``graph.lint()``) after each pass.
-    ``symbolic``: the graph has symbolic sizes, which no pass may turn into numbers (see ``passes.symbolic``)."""
+    ``symbolic``: the graph has symbolic sizes, which no pass may turn into numbers (see
+    ``passes.symbolic``)."""
     token = SYMBOLIC.set(symbolic)
     try:
         _run(graph, constants, lint)

@@ -127,3 +127,20 @@ def test_conv_batch_norm_relu_pool_is_one_kernel_after_the_convolution(nan):
     for k in pools:
         kinds = {op.kind for op in k.kernel.ops}
         assert {"sub", "mul", "add", "relu", "reduce"} <= kinds
+
+
+def test_run_passes_moves_relu_into_max_pooling(capture_graph):
+    from framejit.passes import run_passes
+    from framejit.passes.vocabulary import EMITTED_SUPPORT, VOCABULARY
+
+    def f(x, s, b):
+        return torch.nn.functional.max_pool2d(torch.relu(x * s + b), 2)
+
+    args = (torch.randn(2, 3, 8, 8), torch.randn(3, 1, 1), torch.randn(3, 1, 1))
+    captured = capture_graph(f, *args)
+    run_passes(captured.graph, captured.root, lint=True)
+    assert all(t in VOCABULARY or t in EMITTED_SUPPORT for t in captured.targets()), str(
+        captured.graph)
+    (amax,) = [n for n in captured.graph.nodes if n.target is A.amax.default]
+    assert amax.args[0].target is A.relu.default
+    assert_close_to_eager(captured.run(), (f(*args),))
