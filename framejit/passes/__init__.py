@@ -21,13 +21,15 @@ from .cleanup import cse, dce, fold_constants
 from .decompose import decompose
 from .normalize import normalize
 from .symbolic import SYMBOLIC
+from .windows import pointwise_into_windows
 
 
 def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False,
                symbolic: bool = False) -> None:
-    """normalize, decompose, normalize, dce, cse, fold_constants, dce; with ``lint=True`` the
-    graph is checked (``graph.lint()``) after each pass. ``symbolic``: the graph has symbolic
-    sizes, which no pass may turn into numbers (see ``passes.symbolic``)."""
+    """normalize, decompose, normalize, dce, cse, pointwise_into_windows, dce, fold_constants,
+    dce; with ``lint=True`` the graph is checked (``graph.lint()``) after each pass.
+    ``symbolic``: the graph has symbolic sizes, which no pass may turn into numbers (see
+    ``passes.symbolic``)."""
     token = SYMBOLIC.set(symbolic)
     try:
         _run(graph, constants, lint)
@@ -42,6 +44,8 @@ def _run(graph: Graph, constants: dict[str, Any], lint: bool) -> None:
         normalize,
         dce,
         cse,
+        pointwise_into_windows,
+        dce,
         lambda g: fold_constants(g, constants),
         dce,
     )
@@ -51,4 +55,5 @@ def _run(graph: Graph, constants: dict[str, Any], lint: bool) -> None:
             graph.lint()
 
 
-__all__ = ["cse", "dce", "decompose", "fold_constants", "normalize", "run_passes"]
+__all__ = ["cse", "dce", "decompose", "fold_constants", "normalize", "pointwise_into_windows",
+           "run_passes"]

@@ -108,10 +108,13 @@ VOCABULARY = POINTWISE | REDUCTIONS
 #: Not vocabulary, but emitted by the passes and left to eager torch: ``squeeze.dims`` after a
 #: keepdim=False reduction, ``view.default`` to broadcast batch_norm's per-channel tensors,
 #: ``t``/``matmul``/``mm`` from decomposed linear/addmm, ``copy_`` for batch_norm's running
-#: statistics (impure, kept by DCE).
+#: statistics (impure, kept by DCE); ``unfold`` for max pooling's windows and ``unsqueeze`` for
+#: the operands moved into them (``passes.windows``).
 EMITTED_SUPPORT = frozenset(
     {
         aten.squeeze.dims,
+        aten.unfold.default,
+        aten.unsqueeze.default,
         aten.view.default,
         aten.t.default,
         aten.matmul.default,
