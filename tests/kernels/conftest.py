@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import framejit
-from framejit.backends import register_backend
+from framejit.backends.registry import Backend
 from framejit.fx_ir import GraphModule
 from framejit.kernels.c_runtime import CLauncher
 from framejit.kernels.reference import ReferenceLauncher
@@ -92,8 +92,10 @@ class KernelCompiler:
     def kernels(self):
         return [k for fn in self.compiled for k in fn.framejit_kernels]
 
-
-_names = iter(range(10**9))
+    def as_backend(self) -> Backend:
+        """This compiler as a native backend to pass to ``framejit.compile`` (not registered by
+        name: registrations outlive the test)."""
+        return Backend(f"kernels_{id(self)}", self, native=True)
 
 
 def run_kernels(fn, *args, reference=False):
@@ -107,7 +109,5 @@ def run_kernels(fn, *args, reference=False):
     else:
         launcher = None
     backend = KernelCompiler(launcher)
-    name = f"kernels_{next(_names)}"
-    register_backend(name, backend)
-    result = framejit.compile(fn, backend=name, fullgraph=True)(*args)
+    result = framejit.compile(fn, backend=backend.as_backend(), fullgraph=True)(*args)
     return result, backend

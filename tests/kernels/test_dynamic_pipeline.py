@@ -33,9 +33,7 @@ aten = torch.ops.aten
 
 def compiled(fn, launcher, **options):
     backend = KernelCompiler(launcher)
-    name = f"dyn_{id(backend)}"
-    framejit.backends.register_backend(name, backend)
-    return framejit.compile(fn, backend=name, **options), backend
+    return framejit.compile(fn, backend=backend.as_backend(), **options), backend
 
 
 def test_ten_row_counts_take_two_graphs_and_the_second_has_run_time_sizes(launcher):

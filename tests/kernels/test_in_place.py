@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import framejit
-from framejit.backends import register_backend
 from framejit.kernels import c_render
 from framejit.kernels.c_runtime import CLauncher
 from framejit.testing import assert_close_to_eager
@@ -62,12 +61,7 @@ def test_batch_norm_and_relu_run_in_place_of_the_convolution_result(threads):
 def _compile_c(fn):
     """``fn`` compiled with C kernels, and the backend that keeps what it built."""
     backend = KernelCompiler({"cpu": CLauncher})
-    name = f"in_place_{next(_names)}"
-    register_backend(name, backend)
-    return framejit.compile(fn, backend=name, fullgraph=True), backend
-
-
-_names = iter(range(10**9))
+    return framejit.compile(fn, backend=backend.as_backend(), fullgraph=True), backend
 
 
 def test_parameters_changed_between_calls_are_read_again():
