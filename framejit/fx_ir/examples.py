@@ -62,6 +62,10 @@ def run_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any], *,
             found = _memo.get(key)
         except (_NotMemoisable, TypeError):  # TypeError: something unhashable
             key = found = None
+        if found is None and key is not None and _disk.enabled:
+            found = _disk.lookup(key)
+            if found is not None:
+                _memo[key] = found
         if found is not None:
             return _rebuild(found)
     if op == "call_method":
@@ -78,6 +82,8 @@ def run_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any], *,
             if len(_memo) >= MEMO_LIMIT:
                 _memo.clear()
             _memo[key] = template
+            if _disk.enabled:
+                _disk.note(key, template)
     return result
 
 
@@ -208,3 +214,264 @@ def size_symbol_source(text: str):
 
         _size_source_type = FramejitSizeSource
     return _size_source_type(text)
+
+
+# -- the disk memo: the same templates across processes -----------------------------------------
+#
+# A process's first capture finds the memo empty, and its misses (0.2-4 ms each, the first of an
+# op often the dearest: torch builds its Python reference on first use) were about a fifth of
+# GPT-2's first call. The templates of memoisable results are therefore also kept on disk, in
+# ``$FRAMEJIT_CACHE_DIR/meta`` (default ``~/.cache/framejit/meta``), one file per torch build
+# (its version, git revision, install folder and the modification times of the files holding
+# its meta kernels), read on the first miss of a process and written back (merged with what
+# another process wrote meanwhile) when the process exits.
+#
+# Only calls whose key names everything a meta kernel's result can depend on in every process
+# go there: the target is a string (a tensor method), an aten or prims operator, a function of
+# torch's own files, a builtin of torch or of ``operator``, or a ``TensorBase`` method, each
+# found again under its own name (so a patched or wrapped function, or a user's, never is);
+# the arguments are meta tensors (by type, sizes, strides, offset, dtype, requires_grad) and
+# plain values (None, bool, int, float, complex, str, dtype, device, layout, memory format,
+# Size, slice, Ellipsis) in tuples, lists and dicts. ``FRAMEJIT_META_CACHE=0`` turns it off.
+
+#: The format of a record; part of the file name.
+_DISK_FORMAT = 1
+#: At most this many records in the file (the newest kept).
+_DISK_LIMIT = 20_000
+
+_PLAIN_TYPES = {t: t.__name__ for t in (type(None), bool, int, str, complex)}
+_TORCH_VALUE_TYPES = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout",
+                      torch.memory_format: "memory_format"}
+
+
+class _NotOnDisk(Exception):
+    pass
+
+
+def _torch_root() -> str:
+    import os
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _target_name(target: Any) -> tuple:
+    """A name of ``target`` that means the same callable in every process of this torch
+    build, or _NotOnDisk."""
+    import sys
+    import types
+
+    if isinstance(target, str):
+        return ("method", target)
+    if isinstance(target, torch._ops.OpOverload):
+        name = target.name()
+        if name.split("::")[0] not in ("aten", "prims"):
+            raise _NotOnDisk
+        return ("op", name)
+    if isinstance(target, types.BuiltinFunctionType):
+        module, name = getattr(target, "__module__", None), target.__name__
+        if not isinstance(module, str) or not (module == "torch" or module.startswith("torch.")
+                                               or module == "_operator"):
+            raise _NotOnDisk
+        if getattr(sys.modules.get(module), name, None) is not target:
+            raise _NotOnDisk
+        return ("builtin", module, name)
+    if type(target) is types.MethodDescriptorType and target.__objclass__ is torch._C.TensorBase:
+        if getattr(torch._C.TensorBase, target.__name__, None) is not target:
+            raise _NotOnDisk
+        return ("tensorbase", target.__name__)
+    if type(target) is types.FunctionType:
+        module, qualname = target.__module__, target.__qualname__
+        if not isinstance(module, str) or not module.startswith("torch.") or "<" in qualname \
+                or not target.__code__.co_filename.startswith(_torch_root()):
+            raise _NotOnDisk
+        obj: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not target:
+            raise _NotOnDisk
+        return ("function", module, qualname)
+    raise _NotOnDisk
+
+
+def _disk_value(k: Any) -> Any:
+    """The in-memory key part ``k`` (see :func:`_key`) in plain values, or _NotOnDisk."""
+    if type(k) is not tuple or len(k) < 2:
+        raise _NotOnDisk
+    tag = k[0]
+    if tag is _TENSOR:
+        _, kind, shape, stride, offset, dtype, grad = k
+        return ("T", kind.__name__, tuple(shape), tuple(stride), offset, str(dtype), grad)
+    if tag is tuple or tag is list or tag is torch.Size:
+        return (tag.__name__, tuple(_disk_value(x) for x in k[1]))
+    if tag is dict:
+        return ("dict", tuple((_plain(key), _disk_value(x)) for key, x in k[1]))
+    return _plain(k[1])
+
+
+def _plain(v: Any) -> Any:
+    t = type(v)
+    if t in _PLAIN_TYPES:
+        return (_PLAIN_TYPES[t], v)
+    if t is float:
+        return ("float", repr(v))  # tells -0.0 from 0.0, and nan is equal to itself
+    if t in _TORCH_VALUE_TYPES:
+        return (_TORCH_VALUE_TYPES[t], str(v))
+    if t is slice:
+        return ("slice", _plain(v.start), _plain(v.stop), _plain(v.step))
+    if v is Ellipsis:
+        return ("ellipsis",)
+    raise _NotOnDisk
+
+
+def _encode(t: tuple) -> tuple:
+    """A template (see :func:`_template`) in plain values."""
+    tag = t[0]
+    if tag is _TENSOR:
+        _, shape, stride, dtype, requires_grad, is_leaf = t
+        return ("T", shape, stride, str(dtype), requires_grad, is_leaf)
+    if tag is _CONSTANT:
+        r = t[1]
+        if isinstance(r, torch.dtype):
+            return ("C", "dtype", str(r))
+        if isinstance(r, torch.Size):
+            return ("C", "Size", tuple(r))
+        if r is None or type(r) in (bool, int, float):
+            return ("C", "value", r)
+        raise _NotOnDisk
+    if tag is tuple or tag is list:
+        name = tag.__name__
+    elif getattr(tag, "__module__", None) == "torch.return_types":
+        name = "torch.return_types." + tag.__name__
+    else:
+        raise _NotOnDisk
+    return ("S", name, tuple(_encode(x) for x in t[1]))
+
+
+def _dtype(text: str) -> torch.dtype:
+    dtype = getattr(torch, text.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or str(dtype) != text:
+        raise ValueError(text)
+    return dtype
+
+
+def _decode(e: tuple) -> tuple:
+    tag = e[0]
+    if tag == "T":
+        _, shape, stride, dtype, requires_grad, is_leaf = e
+        return (_TENSOR, tuple(shape), tuple(stride), _dtype(dtype), bool(requires_grad),
+                bool(is_leaf))
+    if tag == "C":
+        _, kind, r = e
+        if kind == "dtype":
+            return (_CONSTANT, _dtype(r))
+        if kind == "Size":
+            return (_CONSTANT, torch.Size(r))
+        return (_CONSTANT, r)
+    _, name, items = e
+    if name == "tuple":
+        kind: Any = tuple
+    elif name == "list":
+        kind = list
+    else:
+        import torch.return_types as rt
+
+        kind = getattr(rt, name.removeprefix("torch.return_types."))
+        if not isinstance(kind, type) or not issubclass(kind, tuple):
+            raise ValueError(name)
+    return (kind, tuple(_decode(x) for x in items))
+
+
+class _DiskMemo:
+    def __init__(self) -> None:
+        import os
+
+        self.enabled = os.environ.get("FRAMEJIT_META_CACHE", "1") != "0"
+        self.records: dict | None = None  # disk key -> encoded template, read on first use
+        self.new: dict = {}
+        self.path: str | None = None
+
+    def _file(self) -> str:
+        import hashlib
+        import os
+        import sys
+
+        if self.path is None:
+            root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
+                os.path.expanduser("~"), ".cache", "framejit")
+            base = _torch_root()
+            stamps = []
+            for rel in ("version.py", "_meta_registrations.py", "_refs/__init__.py",
+                        "_decomp/decompositions.py", "_prims_common/__init__.py",
+                        "_prims/__init__.py", "nn/functional.py", "functional.py"):
+                try:
+                    stamps.append(f"{rel}:{os.stat(base + rel).st_mtime_ns}")
+                except OSError:
+                    stamps.append(f"{rel}:-")
+            ident = "\0".join([str(_DISK_FORMAT), sys.version, torch.__version__,
+                               str(getattr(torch.version, "git_version", "")), base, *stamps])
+            digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
+            self.path = os.path.join(root, "meta", f"examples-{digest}.marshal")
+        return self.path
+
+    def _read(self) -> dict:
+        import marshal
+
+        try:
+            with open(self._file(), "rb") as f:
+                records = marshal.load(f)
+        except (OSError, EOFError, ValueError, TypeError):
+            return {}
+        return records if isinstance(records, dict) else {}
+
+    def _disk_key(self, key: tuple) -> tuple:
+        op, target, args, kwargs, grad, dtype = key
+        return (op, _target_name(target), _disk_value(args), _disk_value(kwargs), grad, str(dtype))
+
+    def lookup(self, key: tuple) -> Any:
+        """The template of ``key`` from the disk, or None."""
+        if self.records is None:
+            self.records = self._read()
+            if not self.records:
+                return None
+        try:
+            found = self.records.get(self._disk_key(key))
+            return None if found is None else _decode(found)
+        except (_NotOnDisk, TypeError, ValueError, AttributeError):
+            return None
+
+    def note(self, key: tuple, template: tuple) -> None:
+        """Remember ``template`` for the disk (written when the process exits)."""
+        try:
+            record = (self._disk_key(key), _encode(template))
+        except (_NotOnDisk, TypeError, ValueError, AttributeError):
+            return
+        if not self.new:
+            import atexit
+
+            atexit.register(self.save)
+        self.new[record[0]] = record[1]
+
+    def save(self) -> None:
+        """Merge the new records into the file (written to a temporary name, then renamed)."""
+        import marshal
+        import os
+
+        if not self.new:
+            return
+        new, self.new = self.new, {}
+        try:
+            records = self._read()
+            records.update(new)
+            if len(records) > _DISK_LIMIT:
+                records = dict(list(records.items())[-_DISK_LIMIT:])
+            path = self._file()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                marshal.dump(records, f)
+            os.replace(tmp, path)
+        except (OSError, ValueError):
+            pass  # a cache that cannot be written only costs time
+
+
+_disk = _DiskMemo()
