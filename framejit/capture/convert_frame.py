@@ -201,7 +201,17 @@ _SKIP_ROOTS = _skip_roots()
 _SITE_PACKAGES = tuple(os.path.realpath(p) for p in _LIBRARY_ROOTS if "site-packages" in p)
 
 
+_library_files: dict[str, bool] = {}
+
+
 def _is_library_file(filename: str) -> bool:
+    known = _library_files.get(filename)
+    if known is None:  # realpath is a system call per path component: once per file
+        known = _library_files[filename] = _is_library_path(filename)
+    return known
+
+
+def _is_library_path(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
     path = os.path.realpath(filename)
