@@ -10,6 +10,7 @@ meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_
 
 from __future__ import annotations
 
+import _signal
 import functools
 import logging
 import os
@@ -277,7 +278,7 @@ class _SignalWatch:
         if self.installed or threading.current_thread() is not threading.main_thread():
             return
         for sig in _SIGNALS:
-            handler = signal.getsignal(sig)
+            handler = _signal.getsignal(sig)  # (signal.getsignal also makes an enum of an int)
             # (SIGINT's default handler raises KeyboardInterrupt, which no fallback catches.)
             if callable(handler) and handler is not signal.default_int_handler:
                 wrapper = self._wrap(handler)

@@ -86,6 +86,9 @@ try:
         _JUMP_KIND = [1 if op in _FORWARD else 2 if op in _BACKWARD else 3 if op in _ABSOLUTE else 0
                       for op in range(256)]
         _HAS_ARG_TABLE = [op in _HAS_ARG for op in range(256)]
+        _ENUM_TYPES = {_K_COMPARE: _Compare, _K_INTRINSIC_1: _Intrinsic1Op,
+                       _K_INTRINSIC_2: _Intrinsic2Op, _K_BINARY: _BinaryOp}
+        _ENUMS: dict[int, dict] = {kind: {} for kind in _ENUM_TYPES}
         _SKIP = [2 + 2 * c for c in _CACHES]  # bytes from an opcode to the next instruction's
 except (ImportError, AttributeError, IndexError, KeyError):  # another library or Python
     _SUPPORTED = False
@@ -169,14 +172,12 @@ def instructions(code: types.CodeType, make=Row):
                     arg = cell if isinstance(cell, _CellVar) else _CellVar(cell)
                 else:
                     arg = _FreeVar(freevars[c_arg - len(cells)])
-            elif kind == _K_COMPARE:
-                arg = _Compare((c_arg >> 4) if compat.PY312 else c_arg)
-            elif kind == _K_INTRINSIC_1:
-                arg = _Intrinsic1Op(c_arg)
-            elif kind == _K_INTRINSIC_2:
-                arg = _Intrinsic2Op(c_arg)
-            elif kind == _K_BINARY:
-                arg = _BinaryOp(c_arg)
+            elif kind >= _K_COMPARE:  # the library's enums (calling an enum class is slow)
+                if kind == _K_COMPARE and compat.PY312:
+                    c_arg >>= 4
+                arg = _ENUMS[kind].get(c_arg)
+                if arg is None:
+                    arg = _ENUMS[kind][c_arg] = _ENUM_TYPES[kind](c_arg)
             else:  # _K_OTHER
                 return None
         jump = jump_kinds[op]

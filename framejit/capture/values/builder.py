@@ -87,9 +87,14 @@ def _is_constant(obj) -> bool:
     return False
 
 
+_compiled_type: list = []
+
+
 def _compiled_function_type():
-    from ... import _C
-    return _C.CompiledFunction
+    if not _compiled_type:  # (imported late: framejit._C imports nothing of capture)
+        from ... import _C
+        _compiled_type.append(_C.CompiledFunction)
+    return _compiled_type[0]
 
 
 def wrap(tx, obj, source: Source) -> Value:
