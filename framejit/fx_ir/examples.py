@@ -9,10 +9,11 @@ offsets and dtypes (requires_grad while grad mode is on), the other arguments (b
 value), grad mode and the default dtype. A hit gives *fresh* meta tensors of the recorded
 metadata, never a tensor another node holds.
 
-Only results that are new memory are memoised: a view (``x.t()``, ``x[1:]``), a result that
-shares its input's storage (``x.detach()``, ``x.contiguous()`` of a contiguous ``x``, which
-returns ``x`` itself), a result with a storage offset, a call with a non-meta or symbolic
-argument, and an in-place call (:func:`~framejit.fx_ir.node.is_inplace`: it may change its
+Only results that are new memory, and hold a tensor, are memoised: a result without one (a
+number; None from a call run for its effect, such as ``torch._C._set_grad_enabled``), a view
+(``x.t()``, ``x[1:]``), a result that shares its input's storage (``x.detach()``,
+``x.contiguous()`` of a contiguous ``x``, which returns ``x`` itself), a result with a storage
+offset, a call with a non-meta or symbolic argument, and an in-place call (:func:`~framejit.fx_ir.node.is_inplace`: it may change its
 input's metadata) always run. A run's own result is returned as it is, so the views and
 aliases eager would give stay so on meta.
 
@@ -76,6 +77,11 @@ def run_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any], *,
         try:
             storages = {t.untyped_storage()._cdata for t in tensors}
             template = _template(result, storages)
+            if not _holds_tensor(template):
+                # No tensor: nothing a meta kernel was needed for, and maybe a call run for its
+                # effect (``torch._C._set_grad_enabled(False)`` returns None), which a memo hit
+                # would skip.
+                raise _NotMemoisable
         except _NotMemoisable:
             pass
         else:
@@ -140,6 +146,12 @@ def _template(r: Any, storages: set) -> Any:
     if r is None or isinstance(r, (bool, int, float, torch.dtype, torch.Size)):
         return (_CONSTANT, r)
     raise _NotMemoisable
+
+
+def _holds_tensor(t: tuple) -> bool:
+    if t[0] is _TENSOR:
+        return True
+    return t[0] is not _CONSTANT and any(_holds_tensor(x) for x in t[1])
 
 
 def _rebuild(t: tuple) -> Any:
@@ -235,7 +247,7 @@ def size_symbol_source(text: str):
 # Size, slice, Ellipsis) in tuples, lists and dicts. ``FRAMEJIT_META_CACHE=0`` turns it off.
 
 #: The format of a record; part of the file name.
-_DISK_FORMAT = 1
+_DISK_FORMAT = 2
 #: At most this many records in the file (the newest kept).
 _DISK_LIMIT = 20_000
 
@@ -435,7 +447,10 @@ class _DiskMemo:
                 return None
         try:
             found = self.records.get(self._disk_key(key))
-            return None if found is None else _decode(found)
+            if found is None:
+                return None
+            template = _decode(found)
+            return template if _holds_tensor(template) else None
         except (_NotOnDisk, TypeError, ValueError, AttributeError):
             return None
 
