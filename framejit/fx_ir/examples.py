@@ -443,8 +443,8 @@ class _DiskMemo:
         """The template of ``key`` from the disk, or None."""
         if self.records is None:
             self.records = self._read()
-            if not self.records:
-                return None
+        if not self.records:
+            return None
         try:
             found = self.records.get(self._disk_key(key))
             if found is None:
