@@ -520,13 +520,14 @@ class LazyGuard:
         """The guard's compiled function."""
         fn = self._fn
         if fn is None:
-            src, filename = self.__framejit_source__, self._filename
+            # (Two threads may both get here: each compiles, the first hook call wins, and
+            # either function is right; the namespace is the compiled function's globals.)
+            src, filename, namespace = self.__framejit_source__, self._filename, self._namespace
             linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-            exec(compile(src, filename, "exec"), self._namespace)
-            fn = self._namespace[self._name]
+            exec(compile(src, filename, "exec"), namespace)
+            fn = namespace[self._name]
             fn.__framejit_source__ = src
             self._fn = fn
-            self._namespace = None
             hook, self.on_compiled = self.on_compiled, None
             if hook is not None:
                 hook(fn)
