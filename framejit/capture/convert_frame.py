@@ -11,7 +11,6 @@ meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_
 from __future__ import annotations
 
 import _signal
-import functools
 import logging
 import os
 import signal
@@ -207,8 +206,12 @@ _library_files: dict[str, bool] = {}
 
 def _is_library_file(filename: str) -> bool:
     known = _library_files.get(filename)
-    if known is None:  # realpath is a system call per path component: once per file
-        known = _library_files[filename] = _is_library_path(filename)
+    if known is None:
+        known = _is_library_path(filename)
+        # realpath is a system call per path component: once per source file. Generated code
+        # ("<framejit-graph-7>", "<string>") is not remembered: its names have no end.
+        if not filename.startswith("<"):
+            _library_files[filename] = known
     return known
 
 
@@ -517,29 +520,11 @@ def _capture(ctx, code, func, f_locals, t0, break_at, static=False) -> CacheEntr
         output.restore_global_state()
         rng.restore()
     check_code(new_code)  # code CPython cannot run safely falls back instead of crashing
-    code_ref = weakref.ref(code)
     guard_fn = output.guards.build(compat.guard_param_names(code), label)
+    _C.set_code_mode(guard_fn.__code__, _C.MODE_SKIP)
     seconds = time.perf_counter() - t0
-    info = CacheEntryInfo(code_ref, output.guards, guard_fn, entry_src, gm, compiled,
+    return CacheEntryInfo(weakref.ref(code), output.guards, guard_fn, entry_src, gm, compiled,
                           new_code, seconds, func.__globals__, frame_break)
-    guard_fn.on_compiled = functools.partial(_guard_compiled, code_ref, weakref.ref(info), guard_fn)
-    return info
-
-
-def _guard_compiled(code_ref, info_ref, lazy, fn) -> None:
-    """A cache entry's guard was compiled on its first call (guards.LazyGuard): the entry and
-    its info hold the compiled function from now on."""
-    _C.set_code_mode(fn.__code__, _C.MODE_SKIP)
-    info = info_ref()
-    if info is not None and info.guard_fn is lazy:
-        info.guard_fn = fn
-    code = code_ref()
-    if code is None:
-        return
-    entries = _C.get_cache_entries(code)
-    for i, entry in enumerate(entries):
-        if entry[0] is lazy:
-            entries[i] = (fn, *entry[1:])
 
 
 def _split_frame(ctx, code, func, tx, label):

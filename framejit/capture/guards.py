@@ -456,12 +456,16 @@ class GuardSet:
         )
         return src, names.namespace
 
-    def build(self, argnames: tuple[str, ...], label: str, on_compiled=None):
-        """The guard function (a plain function of the frame's argument slots), as a
-        :class:`LazyGuard`: its source is made now, its code on its first call."""
+    def build(self, argnames: tuple[str, ...], label: str):
+        """Compile the guard function (a plain function of the frame's argument slots)."""
         fn_name = f"___guard_{next(_guard_ids)}"
         src, namespace = self.python_source(argnames, fn_name)
-        return LazyGuard(src, f"<framejit-guard {label}>", fn_name, namespace, on_compiled)
+        filename = f"<framejit-guard {label}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        exec(compile(src, filename, "exec"), namespace)
+        fn = namespace[fn_name]
+        fn.__framejit_source__ = src
+        return fn
 
     # -- explaining failures ---------------------------------------------------------------------
 
@@ -498,43 +502,6 @@ class GuardSet:
             except Exception as e:
                 return f"an input size can no longer be read ({type(e).__name__}: {e})"
         return None
-
-
-class LazyGuard:
-    """A guard function compiled on its first call. A cache entry's guard first runs at the
-    second call of its frame (the first runs the code just captured), and compiling its source
-    (a few hundred lines for a model) was about 5 ms of every first call; many entries are never
-    checked at all. ``on_compiled(fn)`` is called once with the compiled function (the capture
-    puts it in the cache entry in place of this object, so later calls go to it directly).
-    ``__framejit_source__`` is the source, as on the compiled function."""
-
-    __slots__ = ("__framejit_source__", "_filename", "_name", "_namespace", "_fn", "on_compiled")
-
-    def __init__(self, src: str, filename: str, name: str, namespace: dict, on_compiled=None):
-        self.__framejit_source__ = src
-        self._filename, self._name, self._namespace = filename, name, namespace
-        self._fn = None
-        self.on_compiled = on_compiled
-
-    def compiled(self):
-        """The guard's compiled function."""
-        fn = self._fn
-        if fn is None:
-            # (Two threads may both get here: each compiles, the first hook call wins, and
-            # either function is right; the namespace is the compiled function's globals.)
-            src, filename, namespace = self.__framejit_source__, self._filename, self._namespace
-            linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-            exec(compile(src, filename, "exec"), namespace)
-            fn = namespace[self._name]
-            fn.__framejit_source__ = src
-            self._fn = fn
-            hook, self.on_compiled = self.on_compiled, None
-            if hook is not None:
-                hook(fn)
-        return fn
-
-    def __call__(self, *args):
-        return self.compiled()(*args)
 
 
 def _depth(source: Source) -> int:

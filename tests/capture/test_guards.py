@@ -437,22 +437,3 @@ def test_self_attention_is_one_graph(stats):
     assert_close_to_eager(out, expected)
     assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
 
-
-def test_guards_are_compiled_on_their_first_check(stats):
-    from framejit.capture.guards import LazyGuard
-
-    compiled = framejit.compile(double)
-    x = torch.randn(4, 3)
-    assert_close_to_eager(compiled(x), double(x))
-    ((guard_fn, _, _, info),) = _C.get_cache_entries(double.__code__)
-    assert isinstance(guard_fn, LazyGuard) and info.guard_fn is guard_fn  # not compiled yet
-    assert "x.shape != (4, 3)" in guard_fn.__framejit_source__
-    assert_close_to_eager(compiled(x), double(x))  # the first check compiles it: a hit
-    ((guard_fn, _, _, info),) = _C.get_cache_entries(double.__code__)
-    assert type(guard_fn) is types.FunctionType and info.guard_fn is guard_fn
-    assert "x.shape != (4, 3)" in guard_fn.__framejit_source__
-    assert guard_fn(torch.randn(4, 3)) is True and guard_fn(torch.randn(4, 2)) is False
-    assert stats.recompiles == 0 and stats.captured == 1
-    y = torch.randn(4, 2)
-    assert_close_to_eager(compiled(y), double(y))  # a miss still recompiles
-    assert stats.recompiles == 1 and len(_C.get_cache_entries(double.__code__)) == 2
