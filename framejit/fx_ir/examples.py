@@ -233,10 +233,11 @@ def size_symbol_source(text: str):
 # A process's first capture finds the memo empty, and its misses (0.2-4 ms each, the first of an
 # op often the dearest: torch builds its Python reference on first use) were about a fifth of
 # GPT-2's first call. The templates of memoisable results are therefore also kept on disk, in
-# ``$FRAMEJIT_CACHE_DIR/meta`` (default ``~/.cache/framejit/meta``), one file per torch build
+# ``$FRAMEJIT_CACHE_DIR/meta`` (default ``~/.cache/framejit/meta``), in a folder per torch build
 # (its version, git revision, install folder and the modification times of the files holding
-# its meta kernels), read on the first miss of a process and written back (merged with what
-# another process wrote meanwhile) when the process exits.
+# its meta kernels), one small file per record named by a hash of its key: a miss of the
+# in-process memo reads at most one file, however many records there are. New records are
+# written when the process exits.
 #
 # Only calls whose key names everything a meta kernel's result can depend on in every process
 # go there: the target is a string (a tensor method), an aten or prims operator, a function of
@@ -247,9 +248,7 @@ def size_symbol_source(text: str):
 # Size, slice, Ellipsis) in tuples, lists and dicts. ``FRAMEJIT_META_CACHE=0`` turns it off.
 
 #: The format of a record; part of the file name.
-_DISK_FORMAT = 2
-#: At most this many records in the file (the newest kept).
-_DISK_LIMIT = 20_000
+_DISK_FORMAT = 3
 
 _PLAIN_TYPES = {t: t.__name__ for t in (type(None), bool, int, str, complex)}
 _TORCH_VALUE_TYPES = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout",
@@ -394,20 +393,23 @@ def _decode(e: tuple) -> tuple:
 
 
 class _DiskMemo:
+    """One file per record, named by a hash of its key, in a folder per torch build: a lookup
+    reads one small file (or finds none), whatever the number of records."""
+
     def __init__(self) -> None:
         import os
 
         self.enabled = os.environ.get("FRAMEJIT_META_CACHE", "1") != "0"
-        self.records: dict | None = None  # disk key -> encoded template, read on first use
-        self.new: dict = {}
-        self.path: str | None = None
+        self.new: dict = {}  # disk key -> encoded template, written when the process exits
+        self.read = 0  # records found on disk (for tests)
+        self.folder: str | None = None
 
-    def _file(self) -> str:
+    def _folder(self) -> str:
         import hashlib
         import os
         import sys
 
-        if self.path is None:
+        if self.folder is None:
             root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
                 os.path.expanduser("~"), ".cache", "framejit")
             base = _torch_root()
@@ -422,18 +424,15 @@ class _DiskMemo:
             ident = "\0".join([str(_DISK_FORMAT), sys.version, torch.__version__,
                                str(getattr(torch.version, "git_version", "")), base, *stamps])
             digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
-            self.path = os.path.join(root, "meta", f"examples-{digest}.marshal")
-        return self.path
+            self.folder = os.path.join(root, "meta", f"examples-{digest}")
+        return self.folder
 
-    def _read(self) -> dict:
-        import marshal
+    def _path(self, disk_key: tuple) -> str:
+        import hashlib
+        import os
 
-        try:
-            with open(self._file(), "rb") as f:
-                records = marshal.load(f)
-        except (OSError, EOFError, ValueError, TypeError):
-            return {}
-        return records if isinstance(records, dict) else {}
+        name = hashlib.sha256(repr(disk_key).encode()).hexdigest()[:40]
+        return os.path.join(self._folder(), f"{name}.marshal")
 
     def _disk_key(self, key: tuple) -> tuple:
         op, target, args, kwargs, grad, dtype = key
@@ -441,18 +440,21 @@ class _DiskMemo:
 
     def lookup(self, key: tuple) -> Any:
         """The template of ``key`` from the disk, or None."""
-        if self.records is None:
-            self.records = self._read()
-        if not self.records:
-            return None
+        import marshal
+
         try:
-            found = self.records.get(self._disk_key(key))
-            if found is None:
+            disk_key = self._disk_key(key)
+            with open(self._path(disk_key), "rb") as f:
+                stored_key, found = marshal.load(f)
+            if stored_key != disk_key:
                 return None
             template = _decode(found)
-            return template if _holds_tensor(template) else None
-        except (_NotOnDisk, TypeError, ValueError, AttributeError):
+        except (_NotOnDisk, OSError, EOFError, TypeError, ValueError, AttributeError):
             return None
+        if not _holds_tensor(template):
+            return None
+        self.read += 1
+        return template
 
     def note(self, key: tuple, template: tuple) -> None:
         """Remember ``template`` for the disk (written when the process exits)."""
@@ -467,24 +469,21 @@ class _DiskMemo:
         self.new[record[0]] = record[1]
 
     def save(self) -> None:
-        """Merge the new records into the file (written to a temporary name, then renamed)."""
+        """Write the new records, each to a temporary name, then renamed."""
         import marshal
         import os
 
-        if not self.new:
-            return
         new, self.new = self.new, {}
+        if not new:
+            return
         try:
-            records = self._read()
-            records.update(new)
-            if len(records) > _DISK_LIMIT:
-                records = dict(list(records.items())[-_DISK_LIMIT:])
-            path = self._file()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                marshal.dump(records, f)
-            os.replace(tmp, path)
+            os.makedirs(self._folder(), exist_ok=True)
+            for disk_key, value in new.items():
+                path = self._path(disk_key)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    marshal.dump((disk_key, value), f)
+                os.replace(tmp, path)
         except (OSError, ValueError):
             pass  # a cache that cannot be written only costs time
 
