@@ -14,12 +14,12 @@ The captured graph itself is not changed (explain and dumps show it as captured)
 
 from __future__ import annotations
 
+import heapq
 import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import networkx as nx
 import torch
 
 from . import _C, record
@@ -200,6 +200,26 @@ def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
     return GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
 
 
+def _topological_by_key(users: dict, indegree: dict, key: dict) -> list:
+    """The units in the topological order that always takes the ready unit of the smallest
+    ``key`` (distinct keys: one order), as ``networkx.lexicographical_topological_sort``."""
+    ready = [(key[u], n, u) for n, (u, d) in enumerate(indegree.items()) if d == 0]
+    heapq.heapify(ready)
+    tie = len(indegree)
+    out = []
+    while ready:
+        _, _, u = heapq.heappop(ready)
+        out.append(u)
+        for w in users[u]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                tie += 1
+                heapq.heappush(ready, (key[w], tie, w))
+    if len(out) != len(indegree):
+        raise RuntimeError("the fusion groups form a cycle")  # never: partition prevents it
+    return out
+
+
 def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
     """``graph`` with each lowered group replaced by a call of its launcher, placed where its
     last node was; nodes that used a group value before that point move after it (a
@@ -208,18 +228,21 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
     for k, (_, _, group) in enumerate(launches):
         for node in group.nodes:
             unit_of[node] = ("kernel", k)
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    key: dict[Any, int] = {}
-    dag = nx.DiGraph()
-    for node in graph.nodes:
+    key: dict[Any, int] = {}  # unit -> the position of its last node (one unit each)
+    users: dict[Any, set] = {}
+    indegree: dict[Any, int] = {}
+    for i, node in enumerate(graph.nodes):
         u = unit_of.get(node, node)
-        key[u] = max(key.get(u, -1), order[node])
-        dag.add_node(u)
+        key[u] = i
+        if u not in indegree:
+            indegree[u] = 0
+            users[u] = set()
         for inp in node.all_input_nodes:
             v = unit_of.get(inp, inp)
-            if v != u:
-                dag.add_edge(v, u)
-    units = nx.lexicographical_topological_sort(dag, key=lambda u: key[u])
+            if v != u and u not in users[v]:
+                users[v].add(u)
+                indegree[u] += 1
+    units = _topological_by_key(users, indegree, key)
     new = Graph()
     env: dict[Node, Node] = {}
     made: dict = {}  # size expression -> node of the new graph computing it

@@ -10,6 +10,7 @@ meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_
 
 from __future__ import annotations
 
+import _signal
 import logging
 import os
 import signal
@@ -200,7 +201,21 @@ _SKIP_ROOTS = _skip_roots()
 _SITE_PACKAGES = tuple(os.path.realpath(p) for p in _LIBRARY_ROOTS if "site-packages" in p)
 
 
+_library_files: dict[str, bool] = {}
+
+
 def _is_library_file(filename: str) -> bool:
+    known = _library_files.get(filename)
+    if known is None:
+        known = _is_library_path(filename)
+        # realpath is a system call per path component: once per source file. Generated code
+        # ("<framejit-graph-7>", "<string>") is not remembered: its names have no end.
+        if not filename.startswith("<"):
+            _library_files[filename] = known
+    return known
+
+
+def _is_library_path(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
     path = os.path.realpath(filename)
@@ -266,7 +281,7 @@ class _SignalWatch:
         if self.installed or threading.current_thread() is not threading.main_thread():
             return
         for sig in _SIGNALS:
-            handler = signal.getsignal(sig)
+            handler = _signal.getsignal(sig)  # (signal.getsignal also makes an enum of an int)
             # (SIGINT's default handler raises KeyboardInterrupt, which no fallback catches.)
             if callable(handler) and handler is not signal.default_int_handler:
                 wrapper = self._wrap(handler)

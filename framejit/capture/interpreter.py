@@ -87,13 +87,12 @@ def decode(code: types.CodeType) -> list[Inst]:
     insts = _decoded.get(code)
     if insts is not None:
         return insts
-    fast = decoding.instructions(code)
+    fast = decoding.instructions(code, Inst)
     if fast is None:
         insts = _decode_with_bytecode(code)
         offsets = None
     else:
-        rows, offsets = fast
-        insts = [Inst(name, arg, lineno, target, code=code) for name, arg, lineno, target in rows]
+        insts, offsets = fast
     _attach_handlers(code, insts, offsets)
     _decoded[code] = insts
     return insts

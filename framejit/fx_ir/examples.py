@@ -9,10 +9,11 @@ offsets and dtypes (requires_grad while grad mode is on), the other arguments (b
 value), grad mode and the default dtype. A hit gives *fresh* meta tensors of the recorded
 metadata, never a tensor another node holds.
 
-Only results that are new memory are memoised: a view (``x.t()``, ``x[1:]``), a result that
-shares its input's storage (``x.detach()``, ``x.contiguous()`` of a contiguous ``x``, which
-returns ``x`` itself), a result with a storage offset, a call with a non-meta or symbolic
-argument, and an in-place call (:func:`~framejit.fx_ir.node.is_inplace`: it may change its
+Only results that are new memory, and hold a tensor, are memoised: a result without one (a
+number; None from a call run for its effect, such as ``torch._C._set_grad_enabled``), a view
+(``x.t()``, ``x[1:]``), a result that shares its input's storage (``x.detach()``,
+``x.contiguous()`` of a contiguous ``x``, which returns ``x`` itself), a result with a storage
+offset, a call with a non-meta or symbolic argument, and an in-place call (:func:`~framejit.fx_ir.node.is_inplace`: it may change its
 input's metadata) always run. A run's own result is returned as it is, so the views and
 aliases eager would give stay so on meta.
 
@@ -62,6 +63,10 @@ def run_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any], *,
             found = _memo.get(key)
         except (_NotMemoisable, TypeError):  # TypeError: something unhashable
             key = found = None
+        if found is None and key is not None and _disk.enabled:
+            found = _disk.lookup(key)
+            if found is not None:
+                _memo[key] = found
         if found is not None:
             return _rebuild(found)
     if op == "call_method":
@@ -72,12 +77,19 @@ def run_on_meta(op: str, target: Any, args: Any, kwargs: dict[str, Any], *,
         try:
             storages = {t.untyped_storage()._cdata for t in tensors}
             template = _template(result, storages)
+            if not _holds_tensor(template):
+                # No tensor: nothing a meta kernel was needed for, and maybe a call run for its
+                # effect (``torch._C._set_grad_enabled(False)`` returns None), which a memo hit
+                # would skip.
+                raise _NotMemoisable
         except _NotMemoisable:
             pass
         else:
             if len(_memo) >= MEMO_LIMIT:
                 _memo.clear()
             _memo[key] = template
+            if _disk.enabled:
+                _disk.note(key, template)
     return result
 
 
@@ -134,6 +146,12 @@ def _template(r: Any, storages: set) -> Any:
     if r is None or isinstance(r, (bool, int, float, torch.dtype, torch.Size)):
         return (_CONSTANT, r)
     raise _NotMemoisable
+
+
+def _holds_tensor(t: tuple) -> bool:
+    if t[0] is _TENSOR:
+        return True
+    return t[0] is not _CONSTANT and any(_holds_tensor(x) for x in t[1])
 
 
 def _rebuild(t: tuple) -> Any:
@@ -208,3 +226,266 @@ def size_symbol_source(text: str):
 
         _size_source_type = FramejitSizeSource
     return _size_source_type(text)
+
+
+# -- the disk memo: the same templates across processes -----------------------------------------
+#
+# A process's first capture finds the memo empty, and its misses (0.2-4 ms each, the first of an
+# op often the dearest: torch builds its Python reference on first use) were about a fifth of
+# GPT-2's first call. The templates of memoisable results are therefore also kept on disk, in
+# ``$FRAMEJIT_CACHE_DIR/meta`` (default ``~/.cache/framejit/meta``), in a folder per torch build
+# (its version, git revision, install folder and the modification times of the files holding
+# its meta kernels), one small file per record named by a hash of its key: a miss of the
+# in-process memo reads at most one file, however many records there are. New records are
+# written when the process exits.
+#
+# Only calls whose key names everything a meta kernel's result can depend on in every process
+# go there: the target is a string (a tensor method), an aten or prims operator, a function of
+# torch's own files, a builtin of torch or of ``operator``, or a ``TensorBase`` method, each
+# found again under its own name (so a patched or wrapped function, or a user's, never is);
+# the arguments are meta tensors (by type, sizes, strides, offset, dtype, requires_grad) and
+# plain values (None, bool, int, float, complex, str, dtype, device, layout, memory format,
+# Size, slice, Ellipsis) in tuples, lists and dicts. ``FRAMEJIT_META_CACHE=0`` turns it off.
+
+#: The format of a record; part of the file name.
+_DISK_FORMAT = 3
+
+_PLAIN_TYPES = {t: t.__name__ for t in (type(None), bool, int, str, complex)}
+_TORCH_VALUE_TYPES = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout",
+                      torch.memory_format: "memory_format"}
+
+
+class _NotOnDisk(Exception):
+    pass
+
+
+def _torch_root() -> str:
+    import os
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _target_name(target: Any) -> tuple:
+    """A name of ``target`` that means the same callable in every process of this torch
+    build, or _NotOnDisk."""
+    import sys
+    import types
+
+    if isinstance(target, str):
+        return ("method", target)
+    if isinstance(target, torch._ops.OpOverload):
+        name = target.name()
+        if name.split("::")[0] not in ("aten", "prims"):
+            raise _NotOnDisk
+        return ("op", name)
+    if isinstance(target, types.BuiltinFunctionType):
+        module, name = getattr(target, "__module__", None), target.__name__
+        if not isinstance(module, str) or not (module == "torch" or module.startswith("torch.")
+                                               or module == "_operator"):
+            raise _NotOnDisk
+        if getattr(sys.modules.get(module), name, None) is not target:
+            raise _NotOnDisk
+        return ("builtin", module, name)
+    if type(target) is types.MethodDescriptorType and target.__objclass__ is torch._C.TensorBase:
+        if getattr(torch._C.TensorBase, target.__name__, None) is not target:
+            raise _NotOnDisk
+        return ("tensorbase", target.__name__)
+    if type(target) is types.FunctionType:
+        module, qualname = target.__module__, target.__qualname__
+        if not isinstance(module, str) or not module.startswith("torch.") or "<" in qualname \
+                or not target.__code__.co_filename.startswith(_torch_root()):
+            raise _NotOnDisk
+        obj: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not target:
+            raise _NotOnDisk
+        return ("function", module, qualname)
+    raise _NotOnDisk
+
+
+def _disk_value(k: Any) -> Any:
+    """The in-memory key part ``k`` (see :func:`_key`) in plain values, or _NotOnDisk."""
+    if type(k) is not tuple or len(k) < 2:
+        raise _NotOnDisk
+    tag = k[0]
+    if tag is _TENSOR:
+        _, kind, shape, stride, offset, dtype, grad = k
+        return ("T", kind.__name__, tuple(shape), tuple(stride), offset, str(dtype), grad)
+    if tag is tuple or tag is list or tag is torch.Size:
+        return (tag.__name__, tuple(_disk_value(x) for x in k[1]))
+    if tag is dict:
+        return ("dict", tuple((_plain(key), _disk_value(x)) for key, x in k[1]))
+    return _plain(k[1])
+
+
+def _plain(v: Any) -> Any:
+    t = type(v)
+    if t in _PLAIN_TYPES:
+        return (_PLAIN_TYPES[t], v)
+    if t is float:
+        return ("float", repr(v))  # tells -0.0 from 0.0, and nan is equal to itself
+    if t in _TORCH_VALUE_TYPES:
+        return (_TORCH_VALUE_TYPES[t], str(v))
+    if t is slice:
+        return ("slice", _plain(v.start), _plain(v.stop), _plain(v.step))
+    if v is Ellipsis:
+        return ("ellipsis",)
+    raise _NotOnDisk
+
+
+def _encode(t: tuple) -> tuple:
+    """A template (see :func:`_template`) in plain values."""
+    tag = t[0]
+    if tag is _TENSOR:
+        _, shape, stride, dtype, requires_grad, is_leaf = t
+        return ("T", shape, stride, str(dtype), requires_grad, is_leaf)
+    if tag is _CONSTANT:
+        r = t[1]
+        if isinstance(r, torch.dtype):
+            return ("C", "dtype", str(r))
+        if isinstance(r, torch.Size):
+            return ("C", "Size", tuple(r))
+        if r is None or type(r) in (bool, int, float):
+            return ("C", "value", r)
+        raise _NotOnDisk
+    if tag is tuple or tag is list:
+        name = tag.__name__
+    elif getattr(tag, "__module__", None) == "torch.return_types":
+        name = "torch.return_types." + tag.__name__
+    else:
+        raise _NotOnDisk
+    return ("S", name, tuple(_encode(x) for x in t[1]))
+
+
+def _dtype(text: str) -> torch.dtype:
+    dtype = getattr(torch, text.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or str(dtype) != text:
+        raise ValueError(text)
+    return dtype
+
+
+def _decode(e: tuple) -> tuple:
+    tag = e[0]
+    if tag == "T":
+        _, shape, stride, dtype, requires_grad, is_leaf = e
+        return (_TENSOR, tuple(shape), tuple(stride), _dtype(dtype), bool(requires_grad),
+                bool(is_leaf))
+    if tag == "C":
+        _, kind, r = e
+        if kind == "dtype":
+            return (_CONSTANT, _dtype(r))
+        if kind == "Size":
+            return (_CONSTANT, torch.Size(r))
+        return (_CONSTANT, r)
+    _, name, items = e
+    if name == "tuple":
+        kind: Any = tuple
+    elif name == "list":
+        kind = list
+    else:
+        import torch.return_types as rt
+
+        kind = getattr(rt, name.removeprefix("torch.return_types."))
+        if not isinstance(kind, type) or not issubclass(kind, tuple):
+            raise ValueError(name)
+    return (kind, tuple(_decode(x) for x in items))
+
+
+class _DiskMemo:
+    """One file per record, named by a hash of its key, in a folder per torch build: a lookup
+    reads one small file (or finds none), whatever the number of records."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.enabled = os.environ.get("FRAMEJIT_META_CACHE", "1") != "0"
+        self.new: dict = {}  # disk key -> encoded template, written when the process exits
+        self.read = 0  # records found on disk (for tests)
+        self.folder: str | None = None
+
+    def _folder(self) -> str:
+        import hashlib
+        import os
+        import sys
+
+        if self.folder is None:
+            root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
+                os.path.expanduser("~"), ".cache", "framejit")
+            base = _torch_root()
+            stamps = []
+            for rel in ("version.py", "_meta_registrations.py", "_refs/__init__.py",
+                        "_decomp/decompositions.py", "_prims_common/__init__.py",
+                        "_prims/__init__.py", "nn/functional.py", "functional.py"):
+                try:
+                    stamps.append(f"{rel}:{os.stat(base + rel).st_mtime_ns}")
+                except OSError:
+                    stamps.append(f"{rel}:-")
+            ident = "\0".join([str(_DISK_FORMAT), sys.version, torch.__version__,
+                               str(getattr(torch.version, "git_version", "")), base, *stamps])
+            digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
+            self.folder = os.path.join(root, "meta", f"examples-{digest}")
+        return self.folder
+
+    def _path(self, disk_key: tuple) -> str:
+        import hashlib
+        import os
+
+        name = hashlib.sha256(repr(disk_key).encode()).hexdigest()[:40]
+        return os.path.join(self._folder(), f"{name}.marshal")
+
+    def _disk_key(self, key: tuple) -> tuple:
+        op, target, args, kwargs, grad, dtype = key
+        return (op, _target_name(target), _disk_value(args), _disk_value(kwargs), grad, str(dtype))
+
+    def lookup(self, key: tuple) -> Any:
+        """The template of ``key`` from the disk, or None."""
+        import marshal
+
+        try:
+            disk_key = self._disk_key(key)
+            with open(self._path(disk_key), "rb") as f:
+                stored_key, found = marshal.load(f)
+            if stored_key != disk_key:
+                return None
+            template = _decode(found)
+        except (_NotOnDisk, OSError, EOFError, TypeError, ValueError, AttributeError):
+            return None
+        if not _holds_tensor(template):
+            return None
+        self.read += 1
+        return template
+
+    def note(self, key: tuple, template: tuple) -> None:
+        """Remember ``template`` for the disk (written when the process exits)."""
+        try:
+            record = (self._disk_key(key), _encode(template))
+        except (_NotOnDisk, TypeError, ValueError, AttributeError):
+            return
+        if not self.new:
+            import atexit
+
+            atexit.register(self.save)
+        self.new[record[0]] = record[1]
+
+    def save(self) -> None:
+        """Write the new records, each to a temporary name, then renamed."""
+        import marshal
+        import os
+
+        new, self.new = self.new, {}
+        if not new:
+            return
+        try:
+            os.makedirs(self._folder(), exist_ok=True)
+            for disk_key, value in new.items():
+                path = self._path(disk_key)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    marshal.dump((disk_key, value), f)
+                os.replace(tmp, path)
+        except (OSError, ValueError):
+            pass  # a cache that cannot be written only costs time
+
+
+_disk = _DiskMemo()

@@ -396,6 +396,8 @@ def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
     ``torch.Size`` or named tuples keep their type.
     """
     kind = type(a)
+    if kind in _LEAF_TYPES:  # the common leaves, at one set lookup instead of four tests
+        return fn(a)
     if kind is tuple or isinstance(a, tuple):
         items = [map_aggregate(x, fn) for x in a]
         if all(x is y for x, y in zip(items, a)):
@@ -418,6 +420,11 @@ def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
             return a
         return slice(start, stop, step)
     return fn(a)
+
+
+#: Types that are never containers (exact types: a subclass of one is tested as usual).
+_LEAF_TYPES = frozenset({Node, int, float, bool, str, type(None), torch.dtype, torch.device,
+                         torch.memory_format, torch.layout})
 
 
 def _collect_nodes(a: Any, found: dict) -> None:

@@ -51,6 +51,9 @@ def dce(graph: Graph) -> bool:
 # facts
 
 
+_SEEDED_OPS: dict = {}
+
+
 def is_random(node: Node) -> bool:
     """Whether the node draws from a random generator."""
     target = node.target
@@ -59,7 +62,10 @@ def is_random(node: Node) -> bool:
     if node.op != "call_function":
         return False
     if isinstance(target, torch._ops.OpOverload):
-        return torch.Tag.nondeterministic_seeded in target.tags
+        seeded = _SEEDED_OPS.get(target)
+        if seeded is None:  # an operator's tags are fixed when it is registered
+            seeded = _SEEDED_OPS[target] = torch.Tag.nondeterministic_seeded in target.tags
+        return seeded
     try:
         return target in _RANDOM_FUNCTIONS
     except TypeError:

@@ -87,7 +87,8 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
     """The fusion groups of ``graph`` (each with at least one node), in graph order of their
     last node."""
     dag = graph_dag(graph)
-    order = {node: i for i, node in enumerate(graph.nodes)}
+    nodes = list(graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
     group_of: dict[Node, FusionGroup] = {}
     epoch = 0
     for node in graph.nodes:
@@ -112,7 +113,7 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
                 producers.append(g)
         # Try the largest producer group first: it has the most to share.
         for other in sorted(producers, key=lambda g: -len(g.nodes)):
-            merged = _merge(other, group, dag, order)
+            merged = _merge(other, group, dag, order, nodes)
             if merged is not None:
                 for member in merged.nodes:
                     group_of[member] = merged
@@ -127,7 +128,7 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
         while len(readers) > 1:
             first = readers.pop(0)
             for other in list(readers):
-                merged = _merge(first, other, dag, order)
+                merged = _merge(first, other, dag, order, nodes)
                 if merged is not None:
                     readers.remove(other)
                     for member in merged.nodes:
@@ -137,7 +138,8 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
     return sorted(groups, key=lambda g: order[g.nodes[-1]])
 
 
-def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGroup | None:
+def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order,
+           nodes: list | None = None) -> FusionGroup | None:
     if a.epoch != b.epoch:
         return None
     if a.reduce_dims and b.reduce_dims:
@@ -160,7 +162,7 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order) -> FusionGrou
     else:
         return None
     members = a.members | b.members
-    if _creates_cycle(members, dag, order):
+    if _creates_cycle(members, dag, order, nodes):
         return None
     nodes = sorted(members, key=order.__getitem__)
     return FusionGroup(nodes, sizes, dims, a.epoch, members)
@@ -181,13 +183,17 @@ def _costly_to_recompute(small: FusionGroup, big: FusionGroup) -> bool:
     return any(getattr(n.target, "__name__", "").split(".")[0] in _COSTLY for n in small.nodes)
 
 
-def _creates_cycle(members: set, dag: nx.DiGraph, order) -> bool:
+def _creates_cycle(members: set, dag: nx.DiGraph, order, nodes: list | None = None) -> bool:
     """Whether a path leaves ``members`` and comes back (so one kernel could not compute them
     all before their users). Only nodes between the group's first and last node can be on
-    such a path."""
+    such a path. ``nodes``: the graph's nodes in order (``order`` is their index), which
+    spares a walk over the whole graph per merge."""
     lo = min(order[n] for n in members)
     hi = max(order[n] for n in members)
-    window = [n for n in dag.nodes if lo < order[n] < hi and n not in members]
+    if nodes is not None:
+        window = [n for n in nodes[lo + 1:hi] if n not in members]
+    else:
+        window = [n for n in dag.nodes if lo < order[n] < hi and n not in members]
     if not window:
         return False
     sub = dag.subgraph([*window, *members])

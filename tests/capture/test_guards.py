@@ -436,3 +436,4 @@ def test_self_attention_is_one_graph(stats):
         expected = m(x, x, x)
     assert_close_to_eager(out, expected)
     assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+

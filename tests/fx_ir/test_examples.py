@@ -165,3 +165,129 @@ def test_fresh_meta_keeps_offsets_strides_and_leafness():
 ])
 def test_is_inplace(op, target, kwargs, expected):
     assert is_inplace(op, target, kwargs) is expected
+
+
+# -- the disk memo ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    """A disk memo of its own, in a fresh cache folder, in place of the process's."""
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FRAMEJIT_META_CACHE", raising=False)
+    fresh = engine._DiskMemo()
+    monkeypatch.setattr(engine, "_disk", fresh)
+    return fresh
+
+
+def _as_new_process(monkeypatch):
+    """Save what this "process" learnt, then start another: empty memo, disk read afresh."""
+    engine._disk.save()
+    clear_meta_memo()
+    fresh = engine._DiskMemo()
+    monkeypatch.setattr(engine, "_disk", fresh)
+    return fresh
+
+
+def test_disk_memo_gives_a_new_process_the_recorded_metadata(disk, monkeypatch):
+    x = meta(4, 6).t()
+    calls = [("call_function", torch.mul, (x, 2.0), {}),
+             ("call_function", torch.max, (meta(3, 5), 1), {}),
+             ("call_function", aten.sum.dim_IntList, (meta(2, 3, 4), [1]), {"keepdim": True}),
+             ("call_method", "softmax", (meta(2, 3),), {"dim": -1}),
+             ("call_function", torch.nn.functional.layer_norm, (meta(2, 8), (8,)), {}),
+             ("call_function", operator.add, (meta(2, 3, dtype=torch.float16), 1.5), {}),
+             ("call_function", torch.zeros, ((2, 3),), {"device": "meta", "dtype": torch.int64})]
+    first = [run_on_meta(*call) for call in calls]
+    assert len(disk.new) == len(calls)
+    fresh = _as_new_process(monkeypatch)
+    again = [run_on_meta(*call) for call in calls]
+    assert fresh.read == len(calls) and not fresh.new  # every one came from the disk
+    for a, b in zip(first, again):
+        assert type(a) is type(b)
+        for u, v in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            assert same_metadata(u, v)
+
+
+def test_disk_memo_is_what_a_new_process_reads(disk, monkeypatch):
+    # The record is used as it is, without running the kernel: shown with a doctored one.
+    run_on_meta("call_function", torch.neg, (meta(2, 3),), {})
+    ((key, value),) = disk.new.items()
+    disk.new[key] = ("T", (7, 7), (7, 1), "torch.float64", False, True)
+    _as_new_process(monkeypatch)
+    doctored = run_on_meta("call_function", torch.neg, (meta(2, 3),), {})
+    assert doctored.shape == (7, 7) and doctored.dtype == torch.float64
+    # Other arguments are other keys: -0.0 and 0.0, dtypes, strides, grad mode.
+    assert run_on_meta("call_function", torch.neg, (meta(2, 3, dtype=torch.float64),), {}).shape == (2, 3)
+    assert run_on_meta("call_function", torch.neg, (meta(3, 2).t(),), {}).shape == (2, 3)
+    with torch.no_grad():
+        assert run_on_meta("call_function", torch.neg, (meta(2, 3),), {}).shape == (2, 3)
+
+
+def test_only_callables_known_in_every_process_go_to_disk(disk):
+    import functools
+
+    x = meta(2, 3)
+
+    @functools.wraps(torch.nn.functional.relu)
+    def patched(t, inplace=False):  # looks like torch's (name, module), is not
+        return t * 2
+
+    def mine(t):
+        return t + 1
+
+    for target in (patched, mine, lambda t: t - 1):
+        run_on_meta("call_function", target, (x,), {})
+    assert not disk.new and len(engine._memo) == 3  # memoised in the process only
+    run_on_meta("call_function", torch.nn.functional.relu, (x,), {})
+    run_on_meta("call_function", torch.Tensor.add, (x, 1), {})
+    run_on_meta("call_function", aten.add.Tensor, (x, x), {})
+    assert len(disk.new) == 3
+    # An argument of a type that is not plainly a value: not on disk either.
+    class Count(int):
+        pass
+
+    run_on_meta("call_function", torch.add, (x, Count(1)), {})
+    assert len(disk.new) == 3 and len(engine._memo) == 7
+
+
+def test_disk_memo_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FRAMEJIT_META_CACHE", "0")
+    off = engine._DiskMemo()
+    monkeypatch.setattr(engine, "_disk", off)
+    run_on_meta("call_function", torch.neg, (meta(2, 3),), {})
+    off.save()
+    assert not off.new and not list(tmp_path.rglob("*.marshal"))
+
+
+def test_disk_memo_is_written_when_the_process_exits(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = ("import torch\n"
+              "from framejit.fx_ir import run_on_meta\n"
+              "run_on_meta('call_function', torch.neg, (torch.empty(2, 5, device='meta'),), {})\n")
+    env = {**os.environ, "FRAMEJIT_CACHE_DIR": str(tmp_path)}
+    env.pop("FRAMEJIT_META_CACHE", None)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=root, check=True)
+    (path,) = tmp_path.rglob("*.marshal")
+    import marshal
+
+    with open(path, "rb") as f:
+        key, value = marshal.load(f)
+    assert value == ("T", (2, 5), (5, 1), "torch.float32", False, True)
+    assert key[:2] == ("call_function", ("builtin", "torch", "neg"))
+
+
+def test_calls_without_a_tensor_result_always_run(disk):
+    # _set_grad_enabled returns None: a memo hit would skip its effect on the grad mode.
+    for _ in range(2):
+        run_on_meta("call_function", torch._C._set_grad_enabled, (False,), {})
+        assert not torch.is_grad_enabled()
+        run_on_meta("call_function", torch._C._set_grad_enabled, (True,), {})
+        assert torch.is_grad_enabled()
+    assert run_on_meta("call_method", "dim", (meta(2, 3),), {}) == 2
+    assert not engine._memo and not disk.new

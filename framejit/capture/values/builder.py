@@ -65,12 +65,18 @@ def _library_roots() -> tuple[str, ...]:
 _LIBRARY_ROOTS = _library_roots()
 
 
+_library_files: dict[str, bool] = {}
+
+
 def is_library_module(module: types.ModuleType) -> bool:
     """Modules from the standard library or installed packages: their attributes are not guarded."""
     f = getattr(module, "__file__", None)
     if f is None:
         return True
-    return os.path.realpath(f).startswith(_LIBRARY_ROOTS)
+    known = _library_files.get(f)
+    if known is None:  # realpath is a system call per path component: once per file
+        known = _library_files[f] = os.path.realpath(f).startswith(_LIBRARY_ROOTS)
+    return known
 
 
 def _is_constant(obj) -> bool:
@@ -81,9 +87,14 @@ def _is_constant(obj) -> bool:
     return False
 
 
+_compiled_type: list = []
+
+
 def _compiled_function_type():
-    from ... import _C
-    return _C.CompiledFunction
+    if not _compiled_type:  # (imported late: framejit._C imports nothing of capture)
+        from ... import _C
+        _compiled_type.append(_C.CompiledFunction)
+    return _compiled_type[0]
 
 
 def wrap(tx, obj, source: Source) -> Value:
