@@ -268,18 +268,30 @@ def _float_fn(name: str, dtype: torch.dtype) -> str:
     return name + ("f" if dtype == torch.float32 else "")
 
 
+#: The name a kernel's function is rendered with before its real name is known.
+_UNNAMED = "fj_unnamed_kernel"
+
+
+def named_function(kernel: Kernel) -> tuple[str, str]:
+    """(C name, C function) of ``kernel``, rendered once. The name is the kernel's stem plus a
+    hash of its body, so that two different kernels of the same name can share a shared object,
+    and the same kernel at two places of a graph (or in two graphs) is one function."""
+    body = _Renderer(kernel, _UNNAMED).function()
+    name = f"{kernel.function_stem}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+    return name, body.replace(_UNNAMED, name)
+
+
 def function_name(kernel: Kernel) -> str:
-    """The C name of ``kernel``'s function: its stem plus a hash of its body, so that two
-    different kernels of the same name can share a shared object, and the same kernel at two
-    places of a graph (or in two graphs) is one function."""
-    body = _Renderer(kernel, "KERNEL").function()
-    return f"{kernel.function_stem}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+    """The C name of ``kernel``'s function (see :func:`named_function`)."""
+    return named_function(kernel)[0]
 
 
 def render_function(kernel: Kernel, name: str | None = None) -> str:
     """The C function of ``kernel`` (without the prelude), named ``name`` or
     :func:`function_name`."""
-    return _Renderer(kernel, name or function_name(kernel)).function()
+    if name is None:
+        return named_function(kernel)[1]
+    return _Renderer(kernel, name).function()
 
 
 def render_c(kernel: Kernel) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .. import record
-from .c_render import PRELUDE, function_name, render_function
+from .c_render import PRELUDE, named_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
@@ -254,8 +254,7 @@ class CLauncher(KernelLauncher):
         self.device = torch.device(device)
         self.outputs = outputs
         self.seed_index = seed_index
-        self.cname = function_name(kernel)
-        self.function = render_function(kernel, self.cname)
+        self.cname, self.function = named_function(kernel)
         self.source = self.function
         with _lock:
             if self.cname not in _functions:
