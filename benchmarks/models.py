@@ -124,6 +124,8 @@ def main():
                     help="--device cpu: forward-only against Inductor with this many threads")
     ap.add_argument("--warm-caches", action="store_true",
                     help="--device cuda: keep the usual compile caches (first calls may be warm)")
+    ap.add_argument("--stages", action="store_true",
+                    help="--threads N: print where each framejit first call spent its time")
     ap.add_argument("--model", default=None,
                     help="--threads N: comma-separated model names to run (default: all), e.g. T5,BERT")
     opts = ap.parse_args()
@@ -426,6 +428,19 @@ def _cpu_forward_cases():
     return cases
 
 
+def _print_stages(name: str, seconds: float, events: list) -> None:
+    """framejit's recorded stages of one first call (capture, passes, kernel builds)."""
+    parts = []
+    for e in events:
+        kind = type(e).__name__
+        if kind in ("FrameCaptured", "GraphCompiled", "KernelBuilt", "Stage"):
+            label = {"FrameCaptured": "capture+compile", "GraphCompiled": "graph compile",
+                     "KernelBuilt": "C load" if getattr(e, "cached", False) else "C build"
+                     }.get(kind, getattr(e, "name", kind))
+            parts.append(f"{label} {e.seconds * 1e3:.0f} ms")
+    print(f"  {name}: first call {seconds * 1e3:.0f} ms: {', '.join(parts)}", flush=True)
+
+
 def _geomean(values):
     values = [v for v in values if v]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
@@ -466,7 +481,14 @@ def run_cpu_forward(opts):
             try:
                 framejit.reset()
                 compiled = framejit.compile(model)
-                row["fj_first_s"], out = first_call_s(compiled, args, kwargs)
+                events: list = []
+                framejit.record.subscribe(events.append)
+                try:
+                    row["fj_first_s"], out = first_call_s(compiled, args, kwargs)
+                finally:
+                    framejit.record.unsubscribe(events.append)
+                if opts.stages:
+                    _print_stages(name, row["fj_first_s"], events)
                 s = framejit.stats()
                 row.update(graphs=s["graphs"], breaks=s["graph_breaks"], kernels=s["kernels"],
                            err=_rel_error(out, reference))

@@ -8,6 +8,7 @@ by :func:`first_call_s`.
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import tempfile
@@ -107,7 +108,11 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
 
 def first_call_s(fn, args, kwargs=None, device: torch.device | str = "cpu"):
     """(seconds, result) of the first call of a freshly compiled ``fn``: capture, compilation
-    and tuning included, the device synchronized before the clock stops."""
+    and tuning included, the device synchronized before the clock stops. The garbage of what
+    ran before (another compiler's first call, say) is collected first, untimed: otherwise a
+    full collection of it (0.1-0.3 s after Inductor compiled a model) lands in whichever first
+    call happens to come next."""
+    gc.collect()
     synchronize(device)
     t0 = time.perf_counter()
     out = fn(*args, **(kwargs or {}))

@@ -25,7 +25,8 @@ depend on the dtype, through nested tuples, lists and dicts::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -253,3 +254,24 @@ def assert_close_to_eager(actual: Any, expected: Any, *, rtol: float | None = No
             return  # both NaN
     if type(actual) is not type(expected) or actual != expected:
         raise AssertionError(f"{path}: {actual!r} != {expected!r}")
+
+
+@contextlib.contextmanager
+def built_by_pipeline() -> Iterator[list]:
+    """The functions the kernel pipeline builds inside the block (``framejit_kernels``,
+    ``framejit_graph``, ...): a list that grows as graphs are compiled."""
+    from framejit import pipeline
+
+    built: list = []
+    original = pipeline.compile_with_kernels
+
+    def spy(*args, **kwargs):
+        fn = original(*args, **kwargs)
+        built.append(fn)
+        return fn
+
+    pipeline.compile_with_kernels = spy
+    try:
+        yield built
+    finally:
+        pipeline.compile_with_kernels = original

@@ -15,6 +15,7 @@ from framejit.testing import assert_close_to_eager, fresh_state
 
 fresh_framejit = pytest.fixture(autouse=True)(fresh_state)
 
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -5,27 +5,15 @@ import torch
 from torch import nn
 
 import framejit
-from framejit import pipeline
-from framejit.testing import assert_close_to_eager
+from framejit.testing import assert_close_to_eager, built_by_pipeline
 
 
 def _compiled(model, x):
-    built = []
-    original = pipeline.compile_with_kernels
-
-    def spy(*args, **kwargs):
-        fn = original(*args, **kwargs)
-        built.append(fn)
-        return fn
-
-    pipeline.compile_with_kernels = spy
-    try:
+    with built_by_pipeline() as built:
         compiled = framejit.compile(model)
         with torch.no_grad():
             got = compiled(x)
             got_again = compiled(x)
-    finally:
-        pipeline.compile_with_kernels = original
     (fn,) = built
     return got, got_again, fn
 
@@ -67,14 +55,8 @@ def test_a_graph_that_mutates_is_left_as_it_was():
         return y * 2
 
     x, acc = torch.randn(1, 3, 8, 8), torch.zeros(2)
-    built = []
-    original = pipeline.compile_with_kernels
-    pipeline.compile_with_kernels = lambda *a, **k: built.append(original(*a, **k)) or built[-1]
-    try:
-        with torch.no_grad():
-            got = framejit.compile(f)(x, acc)
-    finally:
-        pipeline.compile_with_kernels = original
+    with built_by_pipeline() as built, torch.no_grad():
+        got = framejit.compile(f)(x, acc)
     with torch.no_grad():
         assert_close_to_eager(got, f(x, torch.zeros(2)))
     assert acc.tolist() == [1.0, 1.0]

@@ -7,26 +7,13 @@ import pytest
 import torch
 
 import framejit
-from framejit import pipeline
 from framejit.passes.matmul import _batch_folds
-from framejit.testing import assert_close_to_eager
+from framejit.testing import assert_close_to_eager, built_by_pipeline
 
 
 def _compiled(fn, *args):
-    built = []
-    original = pipeline.compile_with_kernels
-
-    def spy(*a, **k):
-        out = original(*a, **k)
-        built.append(out)
-        return out
-
-    pipeline.compile_with_kernels = spy
-    try:
-        with torch.no_grad():
-            got = framejit.compile(fn)(*args)
-    finally:
-        pipeline.compile_with_kernels = original
+    with built_by_pipeline() as built, torch.no_grad():
+        got = framejit.compile(fn)(*args)
     (compiled,) = built
     return got, compiled
 

@@ -7,9 +7,8 @@ import torch
 from torch import nn
 
 import framejit
-from framejit import pipeline
 from framejit.passes import pointwise_into_windows
-from framejit.testing import assert_close_to_eager
+from framejit.testing import assert_close_to_eager, built_by_pipeline
 
 A = torch.ops.aten
 
@@ -95,23 +94,12 @@ def test_conv_batch_norm_relu_pool_is_one_kernel_after_the_convolution(nan):
     model, x = _cnn(), torch.randn(2, 3, 12, 12)
     if nan:
         x[0, 1, 4, 5] = float("nan")
-    built = []
-    original = pipeline.compile_with_kernels
-
-    def spy(*args, **kwargs):
-        fn = original(*args, **kwargs)
-        built.append(fn)
-        return fn
-
-    pipeline.compile_with_kernels = spy
-    try:
+    with built_by_pipeline() as built:
         compiled = framejit.compile(model)
         with torch.no_grad():
             got = compiled(x)
             model[1].running_var.mul_(2.0)  # parameters are read at each call
             again = compiled(x)
-    finally:
-        pipeline.compile_with_kernels = original
     with torch.no_grad():
         model[1].running_var.div_(2.0)
         want = model(x)
