@@ -275,5 +275,5 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
                 item = new.call_function(operator.getitem, (call, i), name=out.name)
                 item.meta = dict(out.meta)
                 env[out] = item
-    donate_dead_inputs(new, kernel_calls)
+    donate_dead_inputs(kernel_calls)
     return new

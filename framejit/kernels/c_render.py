@@ -529,8 +529,7 @@ class _Renderer:
         used = {i for j, body in enumerate(bodies) for i in body
                 if i in buffered and first[i] < j}
         # At most ROW_BUFFER_BYTES of stack per row (OpenMP threads have small stacks).
-        if not used or self.rnumel * sum(torch.empty((), dtype=k.ops[i].dtype).element_size()
-                                         for i in used) > ROW_BUFFER_BYTES:
+        if not used or self.rnumel * sum(k.ops[i].dtype.itemsize for i in used) > ROW_BUFFER_BYTES:
             return plain
         return [({i for i in body if i in used and first[i] < j},
                  [i for i in body if i in used and first[i] == j])
@@ -743,20 +742,30 @@ class _Renderer:
         self.lines.append(f"{inner}const int64_t lo = p * {per}, hi = FJ_MIN(lo + {per}, {self.rnumel});")
         self.init_acc(group, "lo", inner)
         self.reduce_loop(group, "lo", "hi", inner)
-        for i in group:
-            self.lines.append(f"{inner}p{i}[p] = a{i};")
-            if self.k.ops[i].args[0] in ("argmax", "argmin"):
-                self.lines.append(f"{inner}p{i}_i[p] = a{i}_i;")
+        self.store_part(group, "p", inner)
         self.lines.append(f"{indent}}}")
+        self.combine_parts(group, "p", n, indent)
+
+    def store_part(self, group: list[int], slots: str, indent: str) -> None:
+        """Part ``p``'s accumulators into its slot of the arrays ``<slots><i>``."""
         for i in group:
-            self.lines.append(f"{indent}{self.acc_type(i)} a{i} = p{i}[0];")
+            self.lines.append(f"{indent}{slots}{i}[p] = a{i};")
             if self.k.ops[i].args[0] in ("argmax", "argmin"):
-                self.lines.append(f"{indent}int64_t a{i}_i = p{i}_i[0];")
+                self.lines.append(f"{indent}{slots}{i}_i[p] = a{i}_i;")
+
+    def combine_parts(self, group: list[int], slots: str, n: int | str, indent: str) -> None:
+        """The results of ``group`` from the ``n`` parts in ``<slots><i>``, combined in part
+        order (the same result at any thread count)."""
+        inner = indent + "    "
+        for i in group:
+            self.lines.append(f"{indent}{self.acc_type(i)} a{i} = {slots}{i}[0];")
+            if self.k.ops[i].args[0] in ("argmax", "argmin"):
+                self.lines.append(f"{indent}int64_t a{i}_i = {slots}{i}_i[0];")
         self.lines.append(f"{indent}for (int64_t p = 1; p < {n}; p++) {{")
         for i in group:
-            self.lines.append(f"{inner}const {self.acc_type(i)} q{i} = p{i}[p];")
+            self.lines.append(f"{inner}const {self.acc_type(i)} q{i} = {slots}{i}[p];")
             if self.k.ops[i].args[0] in ("argmax", "argmin"):
-                self.lines.append(f"{inner}const int64_t q{i}_i = p{i}_i[p];")
+                self.lines.append(f"{inner}const int64_t q{i}_i = {slots}{i}_i[p];")
             self.combine(i, f"q{i}", inner)
         self.lines.append(f"{indent}}}")
         self.finish(group, indent)
@@ -777,26 +786,12 @@ class _Renderer:
         self.lines.append(f"{inner}const int64_t lo = p * fj_per, hi = FJ_MIN(lo + fj_per, {self.rnumel});")
         self.init_acc(group, "lo", inner)
         self.reduce_loop(group, "lo", "hi", inner)
-        for i in group:
-            self.lines.append(f"{inner}pp{i}[p] = a{i};")
-        for i in arg:
-            self.lines.append(f"{inner}pp{i}_i[p] = a{i}_i;")
+        self.store_part(group, "pp", inner)
         self.lines.append(f"{indent}}}")
         self.lines.append(f"{indent}if (fj_parts) {{")
         self.lines.append(f"{inner}#pragma omp barrier")
         self.lines.append(f"{indent}}}")
-        for i in group:
-            self.lines.append(f"{indent}{self.acc_type(i)} a{i} = pp{i}[0];")
-        for i in arg:
-            self.lines.append(f"{indent}int64_t a{i}_i = pp{i}_i[0];")
-        self.lines.append(f"{indent}for (int64_t p = 1; p < fj_parts; p++) {{")
-        for i in group:
-            self.lines.append(f"{inner}const {self.acc_type(i)} q{i} = pp{i}[p];")
-            if i in arg:
-                self.lines.append(f"{inner}const int64_t q{i}_i = pp{i}_i[p];")
-            self.combine(i, f"q{i}", inner)
-        self.lines.append(f"{indent}}}")
-        self.finish(group, indent)
+        self.combine_parts(group, "pp", "fj_parts", indent)
 
     def store_loop(self, stores: list[int], indent: str, split: bool | str) -> None:
         self.hoist(self.k.full_closure(stores), indent)

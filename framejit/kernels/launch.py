@@ -166,9 +166,9 @@ def _fresh_name(target: Any) -> str:
     return name.split(".")[0]
 
 
-def donate_dead_inputs(graph, kernel_calls: dict) -> None:
+def donate_dead_inputs(kernel_calls: dict) -> None:
     """Outputs written over dead inputs, as Inductor reuses buffers: for each C kernel call of
-    ``graph`` (``kernel_calls``: call node -> launcher), an input that is a fresh tensor (a
+    the wrapper graph (``kernel_calls``: call node -> launcher), an input that is a fresh tensor (a
     matmul's result, another kernel's output), used by this call alone and laid out as an
     output, becomes that output (``launcher.donated``: output index -> input index). The
     kernel reads each element of it at the index it writes, and only before writing it (stores
