@@ -144,8 +144,15 @@ static inline float fj_expf(float x) {
     p = FJ_MULADD(p, r, 1.6666665459e-1f);
     p = FJ_MULADD(p, r, 5.0000001201e-1f);
     p = FJ_MULADD(p, r * r, r) + 1.0f;
-    const int32_t ki = (int32_t)k, k1 = ki / 2;
-    const float y = p * fj_pow2i(k1) * fj_pow2i(ki - k1);  /* two steps: 2^k may be subnormal */
+    /* Two steps, since 2^k may be subnormal: p * 2^k1 exactly, by adding k1 to p's exponent
+       field (p is in [0.7, 1.5] and -75 <= k1 <= 64), then one rounding multiply by 2^(k-k1). */
+    const int32_t ki = (int32_t)k, k1 = ki >> 1;
+    uint32_t pb;
+    memcpy(&pb, &p, 4);
+    pb += (uint32_t)k1 << 23;
+    float p1;
+    memcpy(&p1, &pb, 4);
+    const float y = p1 * fj_pow2i(ki - k1);
     return x != x ? x : (x < -104.0f ? 0.0f : y);
 }
 
