@@ -48,7 +48,10 @@ trip count.
 Numerics match eager torch: no fast-math, no contraction (``-ffp-contract=off``), NaN-first
 max/min/relu, ``sign(NaN) = 0``, float-to-int casts truncate, fp16/bf16 loaded to fp32 and
 rounded to nearest-even on store (NaN stays NaN). Random numbers are Philox 4x32-10 keyed by the
-per-call seed and the point's index in the box.
+per-call seed, point ``i`` of the box (its row-major index) taking word ``i & 3`` of the block for
+counter ``i >> 2``: a loop that draws fills a small buffer per tile of its points, four numbers
+per block and the blocks in vector registers, so the numbers do not depend on the thread count or
+on how loops are cut.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ UNROLL_ROW = 16
 #: later loop loads them instead of recomputing them (each exp once, not twice).
 ROW_BUFFER = 4096
 ROW_BUFFER_BYTES = 65536
+#: A loop that draws random numbers draws them for this many points at a time into a local
+#: buffer (see :meth:`_Renderer.rand_tiles`): 1 KiB of floats, which stays in L1.
+RAND_TILE = 256
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
 _COSTLY = frozenset({"exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "erf", "sqrt", "rsqrt",
                      "sigmoid", "truediv", "reciprocal", "rand"})
@@ -96,6 +102,9 @@ PRELUDE = r"""
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef __AVX512F__
+#include <immintrin.h>
 #endif
 
 /* glibc's vector math (libmvec): declared here because math.h declares it only under
@@ -216,21 +225,84 @@ static inline uint16_t fj_f2h(float f) {
 }
 #endif
 
-/* Philox 4x32-10: uniform in [0, 1) for box point `idx` under `seed`. */
-static inline float fj_rand(uint64_t seed, uint64_t idx) {
-    uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+/* Random numbers: Philox 4x32-10 keyed by the per-call seed. Box point i is word i & 3 of the
+   block for counter i >> 2 (one block gives four points), as a float in [0, 1) from its top 24
+   bits. A loop that draws fills a local buffer for a tile of its points (fj_rand_fill), in
+   AVX-512 when the machine has it (8 counters per vector, one per 64-bit lane: vpmuludq
+   multiplies the low halves 32x32 -> 64, so each round is 2 multiplies, 2 shuffles and 2
+   three-way xors), and its vector loop reads the buffer. Every path computes the same bits. */
+#define FJ_PHILOX_M0 0xD2511F53u
+#define FJ_PHILOX_M1 0xCD9E8D57u
+#define FJ_PHILOX_W0 0x9E3779B9u
+#define FJ_PHILOX_W1 0xBB67AE85u
+/* The four points of counter c, into u[0..3]. */
+static inline void fj_philox(uint64_t c, uint32_t k0, uint32_t k1, float *u) {
+    uint32_t c0 = (uint32_t)c, c1 = (uint32_t)(c >> 32), c2 = 0, c3 = 0;
     for (int i = 0; i < 10; i++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        const uint64_t p0 = (uint64_t)FJ_PHILOX_M0 * c0, p1 = (uint64_t)FJ_PHILOX_M1 * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
         c1 = (uint32_t)p1;
         c3 = (uint32_t)p0;
         c0 = n0;
         c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += FJ_PHILOX_W0;
+        k1 += FJ_PHILOX_W1;
     }
-    return (float)(c0 >> 8) * 0x1p-24f;
+    u[0] = (float)(c0 >> 8) * 0x1p-24f;
+    u[1] = (float)(c1 >> 8) * 0x1p-24f;
+    u[2] = (float)(c2 >> 8) * 0x1p-24f;
+    u[3] = (float)(c3 >> 8) * 0x1p-24f;
+}
+#ifdef __AVX512F__
+static inline __m512 fj_unit16(__m512i w) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 8)), _mm512_set1_ps(0x1p-24f));
+}
+#endif
+/* The points of [lo, hi) under `seed` into u, from point lo & ~3 (u[p - (lo & ~3)] is point p;
+   u holds hi - lo + 6 floats or more). */
+static inline void fj_rand_fill(int64_t seed, int64_t lo, int64_t hi, float *restrict u) {
+    const uint64_t first = (uint64_t)lo >> 2;
+    const int64_t n = (int64_t)((((uint64_t)hi + 3) >> 2) - first);
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+    int64_t j = 0;
+#ifdef __AVX512F__
+    /* Four groups of 8 counters at once: a round's multiplies wait on the last round's. */
+    const __m512i m0 = _mm512_set1_epi64(FJ_PHILOX_M0), m1 = _mm512_set1_epi64(FJ_PHILOX_M1);
+    const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    /* (word a, word b) of counters 0 4 1 5 2 6 3 7: unpacking two such vectors by 64-bit
+       halves gives counters 0-3 and 4-7, each as its words 0 1 2 3 */
+    const __m512i pick = _mm512_setr_epi32(0, 16, 8, 24, 2, 18, 10, 26, 4, 20, 12, 28, 6, 22, 14, 30);
+    for (; j + 32 <= n; j += 32) {
+        __m512i c0[4], c1[4], c2[4], c3[4];  /* each word in the low half of its 64-bit lane */
+        for (int g = 0; g < 4; g++) {
+            c0[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(first + (uint64_t)(j + 8 * g))), lane);
+            c1[g] = _mm512_srli_epi64(c0[g], 32);
+            c2[g] = c3[g] = _mm512_setzero_si512();
+        }
+        uint32_t key0 = k0, key1 = k1;
+        for (int i = 0; i < 10; i++) {
+            const __m512i x0 = _mm512_set1_epi32((int)key0), x1 = _mm512_set1_epi32((int)key1);
+            for (int g = 0; g < 4; g++) {
+                const __m512i p0 = _mm512_mul_epu32(c0[g], m0), p1 = _mm512_mul_epu32(c2[g], m1);
+                /* hi(p) ^ c ^ key in the low half: 0x96 is a three-way xor */
+                c0[g] = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(p1, _MM_PERM_CDAB), c1[g], x0, 0x96);
+                c2[g] = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(p0, _MM_PERM_CDAB), c3[g], x1, 0x96);
+                c1[g] = p1;
+                c3[g] = p0;
+            }
+            key0 += FJ_PHILOX_W0;
+            key1 += FJ_PHILOX_W1;
+        }
+        for (int g = 0; g < 4; g++) {
+            const __m512i a = _mm512_permutex2var_epi32(c0[g], pick, c1[g]);
+            const __m512i b = _mm512_permutex2var_epi32(c2[g], pick, c3[g]);
+            _mm512_storeu_ps(u + 4 * (j + 8 * g), fj_unit16(_mm512_unpacklo_epi64(a, b)));
+            _mm512_storeu_ps(u + 4 * (j + 8 * g) + 16, fj_unit16(_mm512_unpackhi_epi64(a, b)));
+        }
+    }
+#endif
+    for (; j < n; j++)
+        fj_philox(first + (uint64_t)j, k0, k1, u + 4 * j);
 }
 
 #define FJ_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -249,6 +321,13 @@ def c_type(dtype: torch.dtype) -> str:
         return _C_TYPES[dtype]
     except KeyError:
         raise NotImplementedError(f"no C type for {dtype}") from None
+
+
+def local_type(dtype: torch.dtype) -> str:
+    """The C type of a kernel's local values (and row buffers) of ``dtype``: ``int`` for bool,
+    since gcc 12 vectorizes no loop that holds a ``_Bool`` local (a dropout's mask kept the
+    whole loop scalar); its values stay 0 and 1."""
+    return "int" if dtype == torch.bool else c_type(dtype)
 
 
 def _literal(value, dtype: torch.dtype) -> str:
@@ -422,7 +501,7 @@ class _Renderer:
                 return f"(({ct})({op.args[0]}))"
             return _literal(op.args[0], dt)
         if k == "rand":
-            return f"fj_rand((uint64_t){op.args[0]}_seed, (uint64_t)(x * {self.rnumel} + r))"
+            return f"fj_u_{op.args[0]}[r - fj_ub]"
         if k == "cast":
             return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
         if k == "where":
@@ -535,8 +614,10 @@ class _Renderer:
             bodies.append(body)
         used = {i for j, body in enumerate(bodies) for i in body
                 if i in buffered and first[i] < j}
-        # At most ROW_BUFFER_BYTES of stack per row (OpenMP threads have small stacks).
-        if not used or self.rnumel * sum(k.ops[i].dtype.itemsize for i in used) > ROW_BUFFER_BYTES:
+        # At most ROW_BUFFER_BYTES of stack per row (OpenMP threads have small stacks); a bool
+        # is kept as an int (see local_type).
+        row_bytes = sum(4 if k.ops[i].dtype == torch.bool else k.ops[i].dtype.itemsize for i in used)
+        if not used or self.rnumel * row_bytes > ROW_BUFFER_BYTES:
             return plain
         return [({i for i in body if i in used and first[i] < j},
                  [i for i in body if i in used and first[i] == j])
@@ -545,19 +626,19 @@ class _Renderer:
     def declare_row_buffers(self, plan, indent: str) -> None:
         for _, fill in plan:
             for i in fill:
-                self.lines.append(f"{indent}{c_type(self.k.ops[i].dtype)} b{i}[{self.rnumel}] "
+                self.lines.append(f"{indent}{local_type(self.k.ops[i].dtype)} b{i}[{self.rnumel}] "
                                   f"__attribute__((aligned(64)));")
 
     def emit(self, indices, indent: str) -> None:
         for i in indices:
             op = self.k.ops[i]
             if i in self.avail:
-                self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = b{i}[r];")
+                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = b{i}[r];")
                 continue
             if op.kind == "store":
                 self.store(op, indent)
             elif op.kind != "reduce":
-                self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {self.expr(op)};")
+                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {self.expr(op)};")
 
     # -- structure ------------------------------------------------------------------------------
     def reduce_deps(self) -> list[set[int]]:
@@ -643,6 +724,7 @@ class _Renderer:
                 # An int, not a _Bool: gcc finds no vector type for a _Bool reduction and
                 # leaves the whole row loop scalar (softmax ran 3x slower).
                 self.lines.append(f"{ind}int n{i} = 0;")
+        lo, hi, ind_t, close = self.rand_tiles(body, lo, hi, ind)
         if simd:
             clauses = []
             if sums:
@@ -654,9 +736,9 @@ class _Renderer:
             flags = [f"n{i}" for i in extrema if k.ops[k.ops[i].args[1]].dtype.is_floating_point]
             if flags:
                 clauses.append(f"reduction(|:{', '.join(flags)})")
-            self.lines.append(f"{ind}#pragma omp simd {' '.join(clauses)}")
-        self.lines.append(f"{ind}for (int64_t r = {lo}; r < {hi}; r++) {{")
-        inner = ind + "    "
+            self.lines.append(f"{ind_t}#pragma omp simd {' '.join(clauses)}")
+        self.lines.append(f"{ind_t}for (int64_t r = {lo}; r < {hi}; r++) {{")
+        inner = ind_t + "    "
         self.define_dims(self.rdims, "r", "r", inner)
         self.emit(body, inner)
         for i in self.fill:
@@ -679,7 +761,9 @@ class _Renderer:
                 # Strictly better keeps the first index; the first NaN wins and stays.
                 self.lines.append(f"{inner}if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
                                   f"{{ a{i} = {v}; a{i}_i = r; }}")
-        self.lines.append(f"{ind}}}")
+        self.lines.append(f"{ind_t}}}")
+        if close:
+            self.lines.append(f"{ind}}}")
         for i in float_sums:
             self.lines.append(f"{ind}a{i} += c{i};")
         for i in extrema:
@@ -706,7 +790,7 @@ class _Renderer:
             op = self.k.ops[i]
             kind = op.args[0]
             value = f"a{i}_i" if kind in ("argmax", "argmin") else f"({c_type(op.dtype)})a{i}"
-            self.lines.append(f"{indent}const {c_type(op.dtype)} t{i} = {value};")
+            self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {value};")
 
     def parts(self) -> tuple[int | str, int | str]:
         """(number of parts, elements per part) of a single row cut for threads: ints, or the
@@ -827,11 +911,37 @@ class _Renderer:
         self.lines.append(f"{indent}}}")
 
     def simd_loop(self, stores: list[int], lo: str, hi: str, indent: str) -> None:
-        self.lines.append(f"{indent}#pragma omp simd")
-        self.lines.append(f"{indent}for (int64_t r = {lo}; r < {hi}; r++) {{")
-        self.define_dims(self.rdims, "r", "r", indent + "    ")
-        self.emit(self.closure(stores), indent + "    ")
-        self.lines.append(f"{indent}}}")
+        body = self.closure(stores)
+        lo, hi, ind, close = self.rand_tiles(body, lo, hi, indent)
+        self.lines.append(f"{ind}#pragma omp simd")
+        self.lines.append(f"{ind}for (int64_t r = {lo}; r < {hi}; r++) {{")
+        self.define_dims(self.rdims, "r", "r", ind + "    ")
+        self.emit(body, ind + "    ")
+        self.lines.append(f"{ind}}}")
+        if close:
+            self.lines.append(f"{indent}}}")
+
+    def rand_tiles(self, body: list[int], lo: str, hi: str, indent: str) -> tuple[str, str, str, bool]:
+        """Opens a loop over tiles of :data:`RAND_TILE` points of [lo, hi) when ``body`` draws
+        random numbers: each tile first fills ``fj_u_<seed>`` with its points' numbers (four per
+        Philox block, the block in vector registers; see fj_rand_fill), then the loop over the
+        tile reads them at ``r - fj_ub``. Returns (lo, hi, indent) for that loop and whether a
+        tile loop was opened (the caller closes it at ``indent``). The numbers depend only on
+        the point's index in the box, not on the tiles, parts or threads."""
+        seeds = sorted({self.k.ops[i].args[0] for i in body
+                        if self.k.ops[i].kind == "rand" and i not in self.avail})
+        if not seeds:
+            return lo, hi, indent, False
+        ind = indent + "    "
+        point = f"x * {self.rnumel}"
+        self.lines.append(f"{indent}for (int64_t fj_t = {lo}; fj_t < {hi}; fj_t += {RAND_TILE}) {{")
+        self.lines.append(f"{ind}const int64_t fj_te = FJ_MIN(fj_t + {RAND_TILE}, {hi});")
+        # The buffer starts at the tile's first point rounded down to a block of four.
+        self.lines.append(f"{ind}const int64_t fj_ub = fj_t - (({point} + fj_t) & 3);")
+        for seed in seeds:
+            self.lines.append(f"{ind}float fj_u_{seed}[{RAND_TILE + 8}] __attribute__((aligned(64)));")
+            self.lines.append(f"{ind}fj_rand_fill({seed}_seed, {point} + fj_t, {point} + fj_te, fj_u_{seed});")
+        return "fj_t", "fj_te", ind, True
 
     def row(self, indent: str, split: bool | str) -> None:
         """Everything one row ``x`` computes."""
@@ -1002,7 +1112,7 @@ class _Renderer:
         for i in group:
             op = k.ops[i]
             value = f"I{i}[j]" if i in arg else f"({c_type(op.dtype)})A{i}[j]"
-            self.lines.append(f"{ind}    const {c_type(op.dtype)} t{i} = {value};")
+            self.lines.append(f"{ind}    const {local_type(op.dtype)} t{i} = {value};")
         self.emit([j for j, op in enumerate(k.ops) if op.level == OUTER and op.kind != "reduce"],
                   ind + "    ")
         self.lines.append(f"{ind}}}")
