@@ -501,7 +501,7 @@ class _Renderer:
                 return f"(({ct})({op.args[0]}))"
             return _literal(op.args[0], dt)
         if k == "rand":
-            return f"fj_u_{op.args[0]}[r - fj_ub]"
+            return f"fj_u_{op.args[0]}_{op.args[1]}[r - fj_ub]"
         if k == "cast":
             return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
         if k == "where":
@@ -928,9 +928,9 @@ class _Renderer:
         tile reads them at ``r - fj_ub``. Returns (lo, hi, indent) for that loop and whether a
         tile loop was opened (the caller closes it at ``indent``). The numbers depend only on
         the point's index in the box, not on the tiles, parts or threads."""
-        seeds = sorted({self.k.ops[i].args[0] for i in body
+        draws = sorted({self.k.ops[i].args for i in body
                         if self.k.ops[i].kind == "rand" and i not in self.avail})
-        if not seeds:
+        if not draws:
             return lo, hi, indent, False
         ind = indent + "    "
         point = f"x * {self.rnumel}"
@@ -938,9 +938,11 @@ class _Renderer:
         self.lines.append(f"{ind}const int64_t fj_te = FJ_MIN(fj_t + {RAND_TILE}, {hi});")
         # The buffer starts at the tile's first point rounded down to a block of four.
         self.lines.append(f"{ind}const int64_t fj_ub = fj_t - (({point} + fj_t) & 3);")
-        for seed in seeds:
-            self.lines.append(f"{ind}float fj_u_{seed}[{RAND_TILE + 8}] __attribute__((aligned(64)));")
-            self.lines.append(f"{ind}fj_rand_fill({seed}_seed, {point} + fj_t, {point} + fj_te, fj_u_{seed});")
+        for seed, stream in draws:
+            # Stream s keys Philox with seed + s * 2^32 (the seed is below 2^31).
+            key = f"{seed}_seed" if not stream else f"(int64_t)((uint64_t){seed}_seed + ((uint64_t){stream} << 32))"
+            self.lines.append(f"{ind}float fj_u_{seed}_{stream}[{RAND_TILE + 8}] __attribute__((aligned(64)));")
+            self.lines.append(f"{ind}fj_rand_fill({key}, {point} + fj_t, {point} + fj_te, fj_u_{seed}_{stream});")
         return "fj_t", "fj_te", ind, True
 
     def row(self, indent: str, split: bool | str) -> None:

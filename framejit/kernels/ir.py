@@ -104,7 +104,8 @@ class Op:
 
     ``kind`` is ``load`` (args: buffer name), ``const`` (args: the number, or a :class:`Sym`,
     a run-time size such as the count a mean divides by, as a value of ``dtype``), ``rand`` (args:
-    seed buffer name; uniform in [0, 1), one draw per box point), ``cast`` (args: operand),
+    seed buffer name, stream number; uniform in [0, 1), one draw per box point; each rand op of
+    a kernel has its own stream number, so two draws are independent), ``cast`` (args: operand),
     ``where`` (cond, a, b), a name in :data:`UNARY` or :data:`BINARY`, ``reduce`` (args:
     reduction name, operand) or ``store`` (args: buffer name, operand). Operands are indices of
     earlier ops. ``dtype`` is the compute dtype of the value (fp16/bf16 are computed in fp32).
@@ -121,8 +122,10 @@ class Op:
 
         if self.kind == "store":
             return f"store {self.args[0]} %{self.args[1]}"
-        if self.kind in ("load", "rand"):
-            text = f"{self.kind} {self.args[0]}"
+        if self.kind == "load":
+            text = f"load {self.args[0]}"
+        elif self.kind == "rand":
+            text = f"rand {self.args[0]} stream {self.args[1]}"
         elif self.kind == "const":
             number = self.args[0]
             text = f"const {number if isinstance(number, Sym) else repr(number)}"

@@ -254,6 +254,7 @@ class _Lowering:
         self.input_nodes: list[Node | None] = []
         self.input_buffer: dict[Node, str] = {}
         self.seed: str | None = None
+        self.streams = 0  # rand ops emitted: each is its own stream under the seed
 
     # -- symbolic sizes -------------------------------------------------------------------------
     def _symbolic_box(self) -> tuple:
@@ -450,7 +451,10 @@ class _Lowering:
                 self.seed = f"in{len(self.input_nodes)}"
                 self.input_nodes.append(None)
                 self.kernel.buffers.append(Buffer(self.seed, torch.int64, (0,) * len(self.sizes)))
-            return self.emit("rand", (self.seed,), torch.float32, FULL)
+            # Each draw of the kernel is its own stream under the kernel's one per-call seed:
+            # two dropouts fused into one kernel must not share a mask.
+            self.streams += 1
+            return self.emit("rand", (self.seed, self.streams - 1), torch.float32, FULL)
         if target in _REDUCTIONS:
             dims = reduction_dims(node)
             if dims != self.reduce_dims:

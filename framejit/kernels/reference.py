@@ -56,7 +56,8 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
         elif kind == "const":
             v = torch.tensor(args[0], dtype=op.dtype)
         elif kind == "rand":
-            g = torch.Generator().manual_seed(int(tensors[args[0]]))
+            # A stream of its own per rand op (torch's CPU generator keeps a seed's low 32 bits).
+            g = torch.Generator().manual_seed((int(tensors[args[0]]) * 1000003 + args[1]) % 2**32)
             v = torch.rand(sizes, generator=g, dtype=torch.float32)
         elif kind == "cast":
             v = values[args[0]].to(op.dtype)

@@ -248,7 +248,10 @@ class _Renderer:
             return f"tl.full({self.shape(op.level)}, {_literal(op.args[0], op.dtype)}, {dt})"
         if k == "rand":
             offset = "xindex" if not self.reduction else "xindex * rnumel + rindex"
-            return f"tl.rand(tl.load({a[0]}).to(tl.uint32), ({offset}).to(tl.uint32))"
+            # Stream s keys Philox with seed + s * 2^32 (the seed is below 2^31), as in C.
+            stream = op.args[1]
+            seed = f"tl.load({a[0]}).to(tl.uint32)" if not stream else f"(tl.load({a[0]}).to(tl.uint64) + {stream << 32})"
+            return f"tl.rand({seed}, ({offset}).to(tl.uint32))"
         if k == "cast":
             if op.dtype == torch.bool:
                 return f"{a[0]} != 0"

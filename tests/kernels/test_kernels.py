@@ -364,6 +364,25 @@ def test_dropout_add_is_one_kernel_reproducible_and_scaled(device):
     torch.testing.assert_close((a - r)[kept], (x / 0.7)[kept])
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_two_draws_in_one_kernel_are_independent(device, reference):
+    # Two dropouts fused into one kernel once shared their mask (every rand op of a kernel
+    # read the same stream): the result was 0 or 3, never 1 or 2.
+    x = torch.ones(64, 64, device=device)
+
+    def f(x):
+        a = A.ge.Scalar(A.rand_like.default(x, dtype=torch.float32), 0.5)
+        b = A.ge.Scalar(A.rand_like.default(x, dtype=torch.float32), 0.5)
+        return A.add.Tensor(A.where.ScalarOther(a, x, 0.0), A.where.ScalarOther(b, A.mul.Tensor(x, 2), 0.0))
+
+    got, backend = run_kernels(f, x, reference=reference)
+    assert len(backend.kernels) == 1
+    share = {v: (got == v).float().mean().item() for v in (0.0, 1.0, 2.0, 3.0)}
+    assert sum(share.values()) == 1.0
+    for v, s in share.items():  # 4096 points: 0.25 +- 0.034 is 5 standard deviations
+        assert abs(s - 0.25) < 0.034, share
+
+
 # -- what stays in torch ------------------------------------------------------------------------
 
 def test_unsupported_ops_stay_in_torch_and_split_groups(device):
