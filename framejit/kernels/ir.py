@@ -38,7 +38,7 @@ computed from them outside the span are discarded by the ``concat``::
       %0 = load in0 [d1 0:8]     : f32 full
       %1 = neg %0                : f32 full
       %2 = load in1 [d1 8:16]    : f32 full
-      %3 = concat [d1 0:8] %1 [d1 8:16] %2
+      %3 = concat [d1 0:8] %1 [d1 8:16] %2 : f32 full
 
 Renderers (Triton now, C next) turn a :class:`Kernel` into code; ``reference.py`` evaluates one
 with torch and is the oracle the renderers are tested against. This module imports only torch.
@@ -189,9 +189,12 @@ class Kernel:
         """Whether the launch may pass one tensor as both input ``inp`` and output ``out`` (an
         input dead after the call: see ``launch.donate_dead_inputs``): only when they have the
         same dtype and strides, so that each point of the memory is read, then written, at the
-        same index. Renderers must not assume such a pair distinct (no C ``restrict``)."""
+        same index (not an input read shifted, inside a :class:`Span`). Renderers must not
+        assume such a pair distinct (no C ``restrict``)."""
+        shifted = any(op.kind == "load" and op.args[0] == inp.name and len(op.args) > 1
+                      for op in self.ops)
         return (not inp.is_output and out.is_output and inp.dtype == out.dtype
-                and tuple(inp.strides) == tuple(out.strides))
+                and tuple(inp.strides) == tuple(out.strides) and not shifted)
 
     @property
     def outer_dims(self) -> tuple[int, ...]:
@@ -270,14 +273,10 @@ class Kernel:
         sizes = tuple(evaluate(e, values) for e in self.sizes)
         buffers = [replace(b, strides=tuple(evaluate(e, values) for e in b.strides))
                    for b in self.buffers]
-        def static(a):
-            if isinstance(a, Span):
-                return Span(a.dim, evaluate(a.start, values), evaluate(a.stop, values))
-            return a
-
         ops = [replace(op, args=(_number(evaluate(op.args[0], values), op.dtype),))
                if op.kind == "const" and isinstance(op.args[0], Sym)
-               else replace(op, args=tuple(map(static, op.args))) for op in self.ops]
+               else replace(op, args=tuple(_specialize_arg(a, values) for a in op.args))
+               for op in self.ops]
         return Kernel(self.name, sizes, self.reduce_dims, buffers, ops)
 
     def __str__(self) -> str:
@@ -288,6 +287,12 @@ class Kernel:
         lines += [f"  {b}" for b in self.buffers]
         lines += [f"  {op.format(i)}" for i, op in enumerate(self.ops)]
         return "\n".join(lines)
+
+
+def _specialize_arg(a: Any, values: dict[str, int]) -> Any:
+    if isinstance(a, Span):
+        return Span(a.dim, evaluate(a.start, values), evaluate(a.stop, values))
+    return a
 
 
 def spans_of(op: Op) -> tuple[Span, ...]:
