@@ -4,7 +4,7 @@ copy bandwidth measured in the same run.
     python benchmarks/kernels.py [--quick] [--dtype fp16,bf16,fp32] [--shape 8192x4096]
                                  [--warm-caches] [--no-inductor] [--csv FILE]
 
-Each pattern (softmax, layer norm, RMSNorm, GELU+bias, SwiGLU, residual+LN, dropout+add, ...)
+Each pattern (softmax, layer norm, RMSNorm, GELU+bias, SwiGLU, residual+LN, dropout+add, rotary, ...)
 runs on an M×N input, reducing over the last dimension. GB/s = the unique bytes the pattern
 must move (every input read once, every output written once) over the median time per call.
 framejit runs with backend="default" (generated Triton kernels on CUDA tensors), Inductor is
@@ -125,6 +125,12 @@ def add(x, y):
     return x + y
 
 
+def rotary(x, cos, sin):
+    """A rotary embedding's ``x * cos + rotate_half(x) * sin`` (the cat fused in)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
 @dataclass
 class Pattern:
     name: str
@@ -146,6 +152,7 @@ PATTERNS = [
     Pattern("dropout+add", dropout_add, ("x", "x"), random=True),
     Pattern("x-mean", center, ("x",)),
     Pattern("add", add, ("x", "x")),
+    Pattern("rotary", rotary, ("x", "w", "w")),
 ]
 
 

@@ -45,6 +45,12 @@ short row: the same result), and the parts of a cut row are computed from the ro
 run time. Index arithmetic is ``int64_t`` everywhere, and ``#pragma omp simd`` needs no known
 trip count.
 
+Concatenations: a load valid in a :class:`~framejit.kernels.ir.Span` clamps its index into the
+span (the points outside read some element of the buffer, and the ``concat`` discards what is
+computed from it), and a ``concat`` is a select on the index. A pointwise row that concatenations
+cut (``rotate_half`` along the last dimension) is instead one loop per piece, each taking its
+concats' operand for that piece and loading it contiguously: clamped indices would be gathers.
+
 Numerics match eager torch: no fast-math, no contraction (``-ffp-contract=off``), NaN-first
 max/min/relu, ``sign(NaN) = 0``, float-to-int casts truncate, fp16/bf16 loaded to fp32 and
 rounded to nearest-even on store (NaN stays NaN). Random numbers are Philox 4x32-10 keyed by the
@@ -61,7 +67,19 @@ import math
 
 import torch
 
-from .ir import FULL, OUTER, Expr, Kernel, Op, Sym, is_operand, product
+from .ir import (
+    FULL,
+    OUTER,
+    Expr,
+    Kernel,
+    Op,
+    Span,
+    Sym,
+    concat_parts,
+    is_operand,
+    product,
+    spans_of,
+)
 
 #: Kernels over fewer elements than this run on one thread (OpenMP costs a few microseconds).
 PARALLEL_MIN = 32768
@@ -87,6 +105,10 @@ RAND_TILE = 256
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
 _COSTLY = frozenset({"exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "erf", "sqrt", "rsqrt",
                      "sigmoid", "truediv", "reciprocal", "rand"})
+
+#: A row cut by concatenations into at most this many pieces runs one loop per piece (see
+#: :meth:`_Renderer.row_pieces`); more pieces select per element.
+MAX_PIECES = 8
 
 _C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
@@ -412,6 +434,8 @@ class _Renderer:
         # buffer (``avail``) and those it stores to theirs (``fill``).
         self.avail: set[int] = set()
         self.fill: list[int] = []
+        # The piece [start, stop) of the row that the current loop covers (row_pieces).
+        self.piece: tuple[int, int] | None = None
 
     def _row_invariant(self) -> set[int]:
         """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
@@ -422,6 +446,8 @@ class _Renderer:
         for i, op in enumerate(self.k.ops):
             if op.level != FULL or op.kind in ("reduce", "store", "rand"):
                 continue
+            if op.kind == "concat" and op.args[0].dim in self.rdims:
+                continue  # it picks by the index along the row
             if op.kind == "load":
                 strides = self.k.buffer(op.args[0]).strides
                 if all(strides[d] == 0 for d in self.rdims):
@@ -454,6 +480,8 @@ class _Renderer:
                           for d, s in zip(dims, st) if s != 0)
 
     def _needs_dim_vars(self, dims: list[int]) -> bool:
+        if self.k.span_dims & set(dims):
+            return True
         return any(self._part(dims, "F", "v", b.strides) not in ("", "F")
                    and not self._part(dims, "F", "v", b.strides).startswith("F * ")
                    for b in self.k.buffers)
@@ -476,6 +504,79 @@ class _Renderer:
             part = self._part(self.xdims, "x", "x", b.strides) if self.xdims else ""
             self.lines.append(f"{indent}const int64_t xo_{b.name} = {part or '0'};")
 
+    def dim_var(self, d: int) -> str:
+        """The index along box dimension ``d``: ``x``/``r`` when it is the only dimension of
+        its loop, else the variable :meth:`define_dims` defines."""
+        if d in self.rdims:
+            return "r" if len(self.rdims) == 1 else f"r{d}"
+        return "x" if len(self.xdims) == 1 else f"x{d}"
+
+    def spanned_offset(self, name: str, level: str, spans) -> str:
+        """The offset of a load valid in ``spans``: along a span's dimension the buffer is read
+        at ``i - start``, with ``i`` clamped into the span first, so that the points outside it
+        (whose values the concat discards) read an element of the buffer, not past it."""
+        b = self.k.buffer(name)
+        by_dim = {s.dim: s for s in spans}
+        terms = []
+        loops = [(self.xdims, "x")] + ([(self.rdims, "r")] if level == FULL else [])
+        for dims, flat in loops:
+            if not by_dim.keys() & set(dims):
+                part = self._part(dims, flat, flat, b.strides) if dims else ""
+                terms += [part] if part else []
+                continue
+            for d in dims:
+                st = b.strides[d]
+                if st == 0:
+                    continue
+                var = self.dim_var(d)
+                if d in by_dim and self.in_piece(by_dim[d]):
+                    var = var if by_dim[d].start == 0 else f"({var} - {by_dim[d].start})"
+                elif d in by_dim:
+                    var = self.clamped(var, by_dim[d], self.sizes[d])
+                terms.append(var if st == 1 else f"{var} * {st}")
+        return " + ".join(terms) or "0"
+
+    def in_piece(self, span: Span) -> bool:
+        """Whether the current loop covers only points inside ``span`` (a piece of the row)."""
+        return (self.piece is not None and span.dim in self.rdims
+                and span.start <= self.piece[0] and self.piece[1] <= span.stop)
+
+    def chosen(self, op: Op) -> int | None:
+        """The operand of a concat along the row that the current piece takes, or None."""
+        for span, operand in concat_parts(op):
+            if self.in_piece(span):
+                return operand
+        return None
+
+    def row_pieces(self) -> list[tuple[int, int]] | None:
+        """The pieces a row splits into at the concatenations along it (a pointwise kernel
+        concatenating along its last dimension: rotary embeddings), or None. Each piece runs
+        its own loop, where every concat is one of its operands and the loads of that operand
+        are plain, contiguous ones (clamped indices would make gathers)."""
+        if len(self.rdims) != 1 or self.k.is_reduction:
+            return None
+        bounds = {0, self.rnumel}
+        for op in self.k.ops:
+            for a in op.args:
+                if isinstance(a, Span) and a.dim == self.rdims[0]:
+                    if not (isinstance(a.start, int) and isinstance(a.stop, int)):
+                        return None
+                    bounds |= {a.start, a.stop}
+        if len(bounds) == 2 or len(bounds) - 1 > MAX_PIECES or not isinstance(self.rnumel, int):
+            return None
+        ordered = sorted(bounds)
+        return list(zip(ordered, ordered[1:]))
+
+    @staticmethod
+    def clamped(var: str, span, size: Expr) -> str:
+        """``var - span.start`` with ``var`` clamped into the span."""
+        if span.start != 0:
+            var = f"({var} < {span.start} ? {span.start} : {var})"
+        if span.stop != size:
+            last = f"({span.stop} - 1)" if isinstance(span.stop, Sym) else span.stop - 1
+            var = f"({var} > {last} ? {last} : {var})"
+        return var if span.start == 0 else f"({var} - {span.start})"
+
     def offset(self, name: str, level: str) -> str:
         b = self.k.buffer(name)
         if level == OUTER:
@@ -490,7 +591,9 @@ class _Renderer:
         ct = c_type(dt)
         if k == "load":
             b = self.k.buffer(op.args[0])
-            ref = f"{b.name}[{self.offset(b.name, op.level)}]"
+            spans = spans_of(op)
+            at = self.spanned_offset(b.name, op.level, spans) if spans else self.offset(b.name, op.level)
+            ref = f"{b.name}[{at}]"
             if b.dtype == torch.float16:
                 return f"fj_h2f({ref})"
             if b.dtype == torch.bfloat16:
@@ -506,6 +609,14 @@ class _Renderer:
             return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
         if k == "where":
             return f"({a[0]} ? {a[1]} : {a[2]})"
+        if k == "concat" and self.chosen(op) is not None:
+            return f"t{self.chosen(op)}"
+        if k == "concat":
+            parts = concat_parts(op)
+            text = f"t{parts[-1][1]}"
+            for span, operand in reversed(parts[:-1]):
+                text = f"({self.dim_var(span.dim)} < {span.stop} ? t{operand} : {text})"
+            return text
         x = a[0]
         y = a[1] if len(a) > 1 else None
         is_float = dt.is_floating_point
@@ -569,7 +680,7 @@ class _Renderer:
         the row-invariant ops (hoisted) and stopping at the ops read from a row buffer
         (``stops``, by default those of the current loop)."""
         stops = self.avail if stops is None else stops
-        if not stops:
+        if not stops and self.piece is None:
             return [i for i in self.k.full_closure(roots) if i not in self.invariant]
         need: set[int] = set()
         stack = list(roots)
@@ -583,6 +694,8 @@ class _Renderer:
                 continue
             if op.kind == "store":
                 stack.append(op.args[1])
+            elif op.kind == "concat" and self.chosen(op) is not None:
+                stack.append(self.chosen(op))
             elif op.kind not in ("load", "const", "rand"):
                 stack.extend(a for a in op.args if is_operand(a))
         return sorted(need)
@@ -911,6 +1024,17 @@ class _Renderer:
         self.lines.append(f"{indent}}}")
 
     def simd_loop(self, stores: list[int], lo: str, hi: str, indent: str) -> None:
+        pieces = self.row_pieces()
+        if pieces is None:
+            self.simd_piece(stores, lo, hi, indent)
+            return
+        for start, stop in pieces:
+            self.piece = (start, stop)
+            self.simd_piece(stores, str(start) if lo == "0" else f"({lo} > {start} ? {lo} : {start})",
+                            str(stop) if hi == str(self.rnumel) else f"FJ_MIN({hi}, {stop})", indent)
+            self.piece = None
+
+    def simd_piece(self, stores: list[int], lo: str, hi: str, indent: str) -> None:
         body = self.closure(stores)
         lo, hi, ind, close = self.rand_tiles(body, lo, hi, indent)
         self.lines.append(f"{ind}#pragma omp simd")
@@ -981,7 +1105,7 @@ class _Renderer:
         output is contiguous. Only for one group of reductions feeding nothing but per-row
         values (no FULL stores, no random numbers)."""
         k = self.k
-        if not k.is_reduction or not self.xdims or len(self.reduce_groups()) != 1:
+        if not k.is_reduction or not self.xdims or len(self.reduce_groups()) != 1 or k.span_dims:
             return None
         if any(op.kind == "rand" or (op.kind == "store" and op.level == FULL) for op in k.ops):
             return None

@@ -26,6 +26,20 @@ The body is an SSA list of :class:`Op`. Example (softmax over the last dimension
       ...
       store out0 %6
 
+A concatenation (``torch.cat``) is computed in place: a ``concat`` op takes, at each point, the
+operand whose :class:`Span` along the cat dimension holds the point, and the loads that feed
+operand ``k`` carry span ``k``: they read their buffer shifted by the span's start, and only
+points inside the span may touch memory (Triton masks the load, C clamps the index). The values
+computed from them outside the span are discarded by the ``concat``::
+
+    kernel rotate_half  sizes [64, 16]
+      in0  f32  strides [16, 1]            (x[..., 8:], read at i1 - 8)
+      in1  f32  strides [16, 1]            (x[..., :8])
+      %0 = load in0 [d1 0:8]     : f32 full
+      %1 = neg %0                : f32 full
+      %2 = load in1 [d1 8:16]    : f32 full
+      %3 = concat [d1 0:8] %1 [d1 8:16] %2 : f32 full
+
 Renderers (Triton now, C next) turn a :class:`Kernel` into code; ``reference.py`` evaluates one
 with torch and is the oracle the renderers are tested against. This module imports only torch.
 """
@@ -84,6 +98,23 @@ REDUCTIONS = ("sum", "max", "min", "argmax", "argmin")
 
 
 @dataclass(frozen=True)
+class Span:
+    """The points ``start <= i[dim] < stop`` of the kernel's box (one input of a concatenation).
+
+    On a ``load``: the buffer's strides address the box shifted by ``start`` along ``dim``
+    (point ``i`` reads element ``i[dim] - start`` there), and the load is only valid inside the
+    span; renderers must not read memory for the points outside it. On a ``concat``: where the
+    operand that follows it is taken."""
+
+    dim: int
+    start: Expr
+    stop: Expr
+
+    def __str__(self) -> str:
+        return f"[d{self.dim} {self.start}:{self.stop}]"
+
+
+@dataclass(frozen=True)
 class Buffer:
     """A tensor argument of the kernel."""
 
@@ -102,7 +133,10 @@ class Buffer:
 class Op:
     """One SSA value (or a store).
 
-    ``kind`` is ``load`` (args: buffer name), ``const`` (args: the number, or a :class:`Sym`,
+    ``kind`` is ``load`` (args: buffer name, then the :class:`Span` s it is valid in, at most one
+    per dimension: the inputs of the concatenations it feeds), ``concat`` (args: pairs of a
+    :class:`Span` and an operand, the spans disjoint and covering their dimension in order:
+    the value is the operand whose span holds the point), ``const`` (args: the number, or a :class:`Sym`,
     a run-time size such as the count a mean divides by, as a value of ``dtype``), ``rand`` (args:
     seed buffer name, stream number; uniform in [0, 1), one draw per box point; each rand op of
     a kernel has its own stream number, so two draws are independent), ``cast`` (args: operand),
@@ -122,10 +156,10 @@ class Op:
 
         if self.kind == "store":
             return f"store {self.args[0]} %{self.args[1]}"
-        if self.kind == "load":
-            text = f"load {self.args[0]}"
-        elif self.kind == "rand":
+        if self.kind == "rand":
             text = f"rand {self.args[0]} stream {self.args[1]}"
+        elif self.kind == "load":
+            text = " ".join(["load", *map(str, self.args)])
         elif self.kind == "const":
             number = self.args[0]
             text = f"const {number if isinstance(number, Sym) else repr(number)}"
@@ -158,9 +192,12 @@ class Kernel:
         """Whether the launch may pass one tensor as both input ``inp`` and output ``out`` (an
         input dead after the call: see ``launch.donate_dead_inputs``): only when they have the
         same dtype and strides, so that each point of the memory is read, then written, at the
-        same index. Renderers must not assume such a pair distinct (no C ``restrict``)."""
+        same index (not an input read shifted, inside a :class:`Span`). Renderers must not
+        assume such a pair distinct (no C ``restrict``)."""
+        shifted = any(op.kind == "load" and op.args[0] == inp.name and len(op.args) > 1
+                      for op in self.ops)
         return (not inp.is_output and out.is_output and inp.dtype == out.dtype
-                and tuple(inp.strides) == tuple(out.strides))
+                and tuple(inp.strides) == tuple(out.strides) and not shifted)
 
     @property
     def outer_dims(self) -> tuple[int, ...]:
@@ -209,12 +246,20 @@ class Kernel:
                 stack.extend(a for a in op.args if is_operand(a))
         return sorted(need)
 
+    @property
+    def span_dims(self) -> frozenset[int]:
+        """The box dimensions some load or concat takes a :class:`Span` of."""
+        return frozenset(a.dim for op in self.ops for a in op.args if isinstance(a, Span))
+
     def symbols(self) -> list[Sym]:
         """The run-time sizes the kernel takes as arguments (``int64``, after its buffers), in
-        a fixed order: first appearance in the sizes, then in the buffers' strides."""
+        a fixed order: first appearance in the sizes, then in the buffers' strides, the
+        constants and the spans."""
         seen: dict[str, Sym] = {}
         consts = (op.args[0] for op in self.ops if op.kind == "const")
-        for e in (*self.sizes, *(s for b in self.buffers for s in b.strides), *consts):
+        bounds = (e for op in self.ops for a in op.args if isinstance(a, Span)
+                  for e in (a.start, a.stop))
+        for e in (*self.sizes, *(s for b in self.buffers for s in b.strides), *consts, *bounds):
             if isinstance(e, Sym):
                 for atom in e.atoms:
                     seen.setdefault(atom, Sym(atom))
@@ -232,7 +277,9 @@ class Kernel:
         buffers = [replace(b, strides=tuple(evaluate(e, values) for e in b.strides))
                    for b in self.buffers]
         ops = [replace(op, args=(_number(evaluate(op.args[0], values), op.dtype),))
-               if op.kind == "const" and isinstance(op.args[0], Sym) else op for op in self.ops]
+               if op.kind == "const" and isinstance(op.args[0], Sym)
+               else replace(op, args=tuple(_specialize_arg(a, values) for a in op.args))
+               for op in self.ops]
         return Kernel(self.name, sizes, self.reduce_dims, buffers, ops)
 
     def __str__(self) -> str:
@@ -243,6 +290,22 @@ class Kernel:
         lines += [f"  {b}" for b in self.buffers]
         lines += [f"  {op.format(i)}" for i, op in enumerate(self.ops)]
         return "\n".join(lines)
+
+
+def _specialize_arg(a: Any, values: dict[str, int]) -> Any:
+    if isinstance(a, Span):
+        return Span(a.dim, evaluate(a.start, values), evaluate(a.stop, values))
+    return a
+
+
+def spans_of(op: Op) -> tuple[Span, ...]:
+    """The spans a load is valid in (empty for a plain load)."""
+    return tuple(a for a in op.args if isinstance(a, Span))
+
+
+def concat_parts(op: Op) -> list[tuple[Span, int]]:
+    """A concat's (span, operand) pairs, in order along the dimension."""
+    return list(zip(op.args[0::2], op.args[1::2]))
 
 
 def is_operand(a: Any) -> bool:

@@ -4,10 +4,17 @@ The graph nodes are in the vocabulary that ``framejit.passes`` produce: aten ove
 pointwise math, casts, ``rand_like``, and keepdim reductions. :func:`classify` says which nodes a
 kernel can compute (the partitioner asks it); :func:`lower_group` builds the kernel of one group
 and says which graph values it reads and writes.
+
+A concatenation (``torch.cat``) is computed where its value is used, as Inductor does: the
+producers of its inputs (``-x[..., d:]`` in a rotary embedding) are lowered once per input, in a
+*placement*, the input's slice of the box (a :class:`~framejit.kernels.ir.Span` along the cat
+dimension), and a ``concat`` op picks the input whose span holds each point. A group node that
+only concatenations use is computed only in their placements, never over the whole box.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +22,7 @@ from typing import Any
 import torch
 
 from ..fx_ir import Node
-from .ir import FULL, OUTER, Buffer, Kernel, Op, Sym, compute_dtype, product
+from .ir import FULL, OUTER, Buffer, Kernel, Op, Span, Sym, compute_dtype, product
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -57,6 +64,17 @@ SUPPORTED_DTYPES = frozenset({
 
 POINTWISE = "pointwise"
 REDUCTION = "reduction"
+#: A pointwise node whose inputs are smaller than its box along one dimension (``torch.cat``):
+#: the partitioner fuses producers of each input, computed over the input's part of the box.
+CONCAT = "concat"
+_CONCATS = {torch.cat, torch.concat, torch.concatenate, aten.cat.default}
+
+
+def concat_inputs(node: Node) -> tuple[list, int]:
+    """The tensors a concatenation joins and its dimension (as given: maybe negative;
+    ``torch.concatenate`` calls it ``axis``)."""
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", node.kwargs.get("axis", 0))
+    return list(node.args[0]), dim
 
 
 def _val(a: Any) -> Any:
@@ -101,7 +119,7 @@ def classify(node: Node) -> str | None:
     except TypeError:
         return None
     if not known:
-        return None
+        return _classify_concat(node) if target in _CONCATS else None
     out = node.meta.get("val")
     if not _tensor_ok(out) or out.numel() == 0:
         return None
@@ -151,6 +169,27 @@ def classify(node: Node) -> str | None:
             return None
         return POINTWISE
     return None
+
+
+def _classify_concat(node: Node) -> str | None:
+    """``torch.cat`` of two or more non-empty tensors of the output's rank (torch skips the
+    legacy empty 1-D inputs; those, ``out=`` and 0-d tensors stay torch calls)."""
+    out = node.meta.get("val")
+    if not _tensor_ok(out) or out.numel() == 0 or out.dim() == 0:
+        return None
+    if len(node.kwargs) > 1 or set(node.kwargs) - {"dim", "axis"} or len(node.args) > 2 \
+            or not isinstance(node.args[0], (list, tuple)):
+        return None
+    inputs, dim = concat_inputs(node)
+    if len(inputs) < 2 or not isinstance(dim, int) or not -out.dim() <= dim < out.dim():
+        return None
+    for a in inputs:
+        val = _val(a)
+        if not (isinstance(a, Node) and isinstance(val, torch.Tensor)
+                and val.dtype in SUPPORTED_DTYPES and val.layout == torch.strided
+                and val.dim() == out.dim() and val.numel() > 0):
+            return None
+    return CONCAT
 
 
 def _classify_reduction(node: Node) -> str | None:
@@ -255,6 +294,11 @@ class _Lowering:
         self.input_buffer: dict[Node, str] = {}
         self.seed: str | None = None
         self.streams = 0  # rand ops emitted: each is its own stream under the seed
+        # The placement being lowered: the spans of the concatenation inputs it is inside
+        # (none: the whole box), and the values computed in each placement.
+        self.spans: tuple[Span, ...] = ()
+        self.placed_value: dict[tuple[Node, tuple[Span, ...]], int] = {}
+        self.span_starts: dict[int, Any] = {}  # dim -> where the current span starts
 
     # -- symbolic sizes -------------------------------------------------------------------------
     def _symbolic_box(self) -> tuple:
@@ -266,10 +310,13 @@ class _Lowering:
             if shape is None:
                 continue
             off = len(self.sizes) - len(shape)
+            hints = tuple(node.meta["val"].shape) if isinstance(_val(node), torch.Tensor) else None
             for j, e in enumerate(shape):
                 d = j + off
                 if d < 0 or self.sizes[d] == 1 or _hint_one(e):
                     continue
+                if hints is not None and len(hints) == len(shape) and hints[j] != self.sizes[d]:
+                    continue  # a part of the box: a concatenation's input
                 if found[d] is None:
                     found[d] = e
                 elif found[d] != e:
@@ -358,7 +405,9 @@ class _Lowering:
     def operand(self, a: Any, dtype: torch.dtype, level: str) -> int:
         """The op index of ``a`` (group node, outside tensor or Python number) as ``dtype``."""
         if isinstance(a, Node):
-            if a in self.members:
+            if a in self.members and self.spans:
+                index = self.placed(a)
+            elif a in self.members:
                 index = self.value[a]
                 if level == OUTER and self.kernel.ops[index].level == FULL:
                     raise LoweringError(f"{a.name} is used per row but varies along the row")
@@ -368,27 +417,32 @@ class _Lowering:
         return self.emit("const", (_convert_number(a, dtype),), dtype, level)
 
     def load(self, node: Node, level: str) -> int:
-        key = (node, level)
+        key = (node, level, self.spans)
         if key in self.loads:
             return self.loads[key]
         val = node.meta["val"]
         strides = self.box_strides_of(node)
         if level == OUTER and any(strides[d] != 0 for d in self.reduce_dims):
             raise LoweringError(f"{node.name} varies along the reduced dimensions")
+        strides = self.single_span_strides(strides)
         name = self.input_buffer.get(node)
         if name is None:
             name = f"in{len(self.input_nodes)}"
             self.input_buffer[node] = name
             self.input_nodes.append(node)
             self.kernel.buffers.append(Buffer(name, val.dtype, strides))
-        index = self.emit("load", (name,), compute_dtype(val.dtype), level)
+        elif self.kernel.buffer(name).strides != strides:
+            raise LoweringError(f"{node.name} is read with two layouts (inside and outside a cat)")
+        index = self.emit("load", (name, *self.spans), compute_dtype(val.dtype), level)
         self.loads[key] = index
         return index
 
     # -- the walk -------------------------------------------------------------------------------
     def run(self) -> LoweredGroup:
+        whole = self.computed_over_the_box()
         for node in self.nodes:
-            self.value[node] = self.lower(node)
+            if node in whole:
+                self.value[node] = self.lower(node)
         outputs = []
         for node in self.nodes:
             if any(u not in self.members for u in node.users):
@@ -404,6 +458,82 @@ class _Lowering:
             self.emit("store", (name, self.value[node]), compute_dtype(val.dtype), level)
         sizes = {name: e for e, name in self.size_args.items()}
         return LoweredGroup(self.kernel, self.input_nodes, outputs, sizes, self.layouts)
+
+    def computed_over_the_box(self) -> set[Node]:
+        """The group's nodes needed over the whole box: outputs, and what such nodes use other
+        than as an input of a concatenation (those inputs are computed in their placements)."""
+        whole: set[Node] = set()
+        for node in reversed(self.nodes):
+            for user in node.users:
+                if user not in self.members or (user in whole and user.target not in _CONCATS):
+                    whole.add(node)
+                    break
+        return whole
+
+    def single_span_strides(self, strides: tuple) -> tuple:
+        """``strides`` with any stride along a span of one element (where the shifted index is
+        always 0) set as if the buffer were dense there, so the dimension may still merge with
+        the one inside it (``simplify.coalesce``)."""
+        strides = list(strides)
+        for span in self.spans:
+            d = span.dim
+            if self.sizes[d] == 1 and d + 1 < len(strides) and strides[d + 1] != 0:
+                strides[d] = product([strides[d + 1], self.box[d + 1]])
+        return tuple(strides)
+
+    def placed(self, node: Node) -> int:
+        """``node`` (a group member) computed in the current placement."""
+        key = (node, self.spans)
+        if key not in self.placed_value:
+            if node.target in _REDUCTIONS or node.target is aten.rand_like.default:
+                raise LoweringError(f"{node.name} feeds a cat: only pointwise producers are fused")
+            self.placed_value[key] = self.lower(node)
+        return self.placed_value[key]
+
+    @contextlib.contextmanager
+    def placement(self, span: Span, size: int, box_size, start):
+        """Lower inside ``span`` of the box: a concatenation's input of ``size`` elements along
+        it (``box_size`` as a kernel size), starting at ``start`` (an int or, with symbolic
+        sizes, a sympy expression)."""
+        saved = self.spans, self.sizes, self.box, self.span_starts
+        self.spans = tuple(s for s in self.spans if s.dim != span.dim) + (span,)
+        self.sizes = self.sizes[:span.dim] + (size,) + self.sizes[span.dim + 1:]
+        self.box = self.box[:span.dim] + (box_size,) + self.box[span.dim + 1:]
+        self.span_starts = {**self.span_starts, span.dim: start}
+        try:
+            yield
+        finally:
+            self.spans, self.sizes, self.box, self.span_starts = saved
+
+    def concat(self, node: Node, dtype: torch.dtype) -> int:
+        """A ``concat`` of the inputs, each lowered in its span of the box. With symbolic sizes
+        the spans' bounds are kernel sizes too (``s0`` and ``s0 + 4`` become run-time size
+        arguments)."""
+        if self.reduce_dims:
+            raise LoweringError("a cat in a reduction kernel")
+        inputs, dim = concat_inputs(node)
+        out = node.meta["val"]
+        dim = dim % out.dim()
+        d = dim + len(self.sizes) - out.dim()
+        if d < 0 or self.sizes[d] != out.shape[dim]:
+            raise LoweringError(f"{node.name} is broadcast along its cat dimension")
+        # Where this cat's output starts along d: inside an outer cat's input, that input's start.
+        start = self.span_starts.get(d, 0)
+        args: list = []
+        for inp in inputs:
+            if self.symbolic is None:
+                size = int(_val(inp).shape[dim])
+            else:
+                shape = self.symbolic.shape.get(inp)
+                if shape is None:
+                    raise LoweringError(f"{inp.name} has no symbolic sizes")
+                size = shape[dim]
+            stop = start + size
+            span = Span(d, self.to_kernel(start), self.to_kernel(stop))
+            with self.placement(span, int(_val(inp).shape[dim]), self.to_kernel(size), start):
+                args += [span, self.operand(inp, dtype, FULL)]
+            start = stop
+        return self.emit("concat", args, dtype, FULL)
 
     def lower(self, node: Node) -> int:
         target, args = node.target, node.args
@@ -446,6 +576,8 @@ class _Lowering:
             return self.emit("isnan", (x,), torch.bool, level)
         if target is prims.convert_element_type.default or target is aten.clone.default:
             return self.operand(args[0], c, level)
+        if target in _CONCATS:
+            return self.concat(node, c)
         if target is aten.rand_like.default:
             if self.seed is None:
                 self.seed = f"in{len(self.input_nodes)}"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .ir import FULL, Kernel, evaluate
+from .ir import FULL, Kernel, concat_parts, evaluate, spans_of
 from .launch import KernelLauncher, layout_fits
 from .lowering import reduced_shape
 
@@ -43,16 +43,38 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
     tensors.update({b.name: t for b, t in zip(kernel.outputs, outs)})
     values: list[torch.Tensor] = []
 
-    def view(name: str, level: str) -> torch.Tensor:
+    def view(name: str, level: str, spans=()) -> torch.Tensor:
         buf = kernel.buffer(name)
-        shape = sizes if level == FULL else outer
+        shape = list(sizes if level == FULL else outer)
+        for s in spans:
+            shape[s.dim] = int(s.stop) - int(s.start)
         strides = tuple(int(s) for s in buf.strides)
         return torch.as_strided(tensors[name], shape, strides)
+
+    def spanned_load(op) -> torch.Tensor:
+        """A load valid in its spans: the buffer's values there, zero elsewhere (what is
+        computed from the zeros is discarded by the concat)."""
+        part = view(op.args[0], op.level, spans_of(op)).to(op.dtype)
+        shape = list(sizes if op.level == FULL else outer)
+        full = torch.zeros(shape, dtype=op.dtype, device=part.device)
+        region = full
+        for s in spans_of(op):
+            region = region.narrow(s.dim, int(s.start), int(s.stop) - int(s.start))
+        region.copy_(part)
+        return full
 
     for op in kernel.ops:
         kind, args = op.kind, op.args
         if kind == "load":
-            v = view(args[0], op.level).to(op.dtype)
+            v = spanned_load(op) if spans_of(op) else view(args[0], op.level).to(op.dtype)
+        elif kind == "concat":
+            v = None
+            for span, operand in reversed(concat_parts(op)):
+                shape = [1] * len(sizes)
+                shape[span.dim] = sizes[span.dim]
+                x = values[operand].to(op.dtype)
+                index = torch.arange(sizes[span.dim], device=x.device).reshape(shape)
+                v = x if v is None else torch.where(index < int(span.stop), x, v)
         elif kind == "const":
             v = torch.tensor(args[0], dtype=op.dtype)
         elif kind == "rand":

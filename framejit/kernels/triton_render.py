@@ -29,7 +29,7 @@ import re
 
 import torch
 
-from .ir import FULL, OUTER, Kernel, Op, Sym, expr_text, is_operand, product
+from .ir import FULL, OUTER, Kernel, Op, Sym, concat_parts, expr_text, is_operand, product, spans_of
 
 #: The largest reduced extent kept in registers (a persistent reduction).
 PERSISTENT_LIMIT = 8192
@@ -211,6 +211,45 @@ class _Renderer:
                 expr = f"{expr} % {sizes[i]}"
             self.lines.append(f"{indent}{prefix}{d} = {expr}")
 
+    def dim_var(self, d: int) -> str:
+        """The index along box dimension ``d``: the flat index when it is its level's only
+        dimension, else the variable :meth:`define_dims` defines."""
+        if d in self.k.reduce_dims:
+            return "rindex" if len(self.k.reduce_dims) == 1 else f"r{d}"
+        return "xindex" if len(self.k.outer_dims) == 1 else f"x{d}"
+
+    def spanned_address(self, name: str, level: str, spans) -> str:
+        """The offset of a load valid in ``spans``: along a span's dimension the buffer is read
+        at ``i - start`` (the lanes outside it are masked)."""
+        b = self.k.buffer(name)
+        start = {s.dim: s.start for s in spans}
+        dims = [d for d in range(len(self.k.sizes))
+                if level == FULL or d not in self.k.reduce_dims]
+        terms = []
+        for d in dims:
+            st = b.strides[d]
+            if st == 0:
+                continue
+            var = self.dim_var(d)
+            if start.get(d, 0) != 0:
+                var = f"({var} - {start[d]})"
+            terms.append(var if st == 1 else f"{var} * {st}")
+        zeros = f"tl.zeros({self.shape(level)}, tl.int32)"
+        if not terms:
+            return zeros
+        # Each term is a block of its dimensions' shape: with a reduction, make it the level's.
+        return " + ".join(terms) + (f" + {zeros}" if self.reduction else "")
+
+    def inside(self, span) -> list[str]:
+        """The tests of the lanes inside ``span`` (a bound at the box's edge needs none)."""
+        var = self.dim_var(span.dim)
+        tests = []
+        if span.start != 0:
+            tests.append(f"({var} >= {span.start})")
+        if span.stop != self.k.sizes[span.dim]:
+            tests.append(f"({var} < {span.stop})")
+        return tests
+
     def address(self, name: str, level: str) -> str:
         """The offset of buffer ``name``'s element, a block of the level's shape (a pointer of a
         smaller shape would not take the level's mask)."""
@@ -241,7 +280,18 @@ class _Renderer:
         k = op.kind
         dt = tl_dtype(op.dtype)
         if k == "load":
+            spans = spans_of(op)
+            if spans:
+                mask = " & ".join([self.mask(op.level), *(t for s in spans for t in self.inside(s))])
+                return (f"tl.load({a[0]} + ({self.spanned_address(op.args[0], op.level, spans)}), "
+                        f"mask={mask}, other=0).to({dt})")
             return f"tl.load({a[0]} + ({self.address(op.args[0], op.level)}), mask={self.mask(op.level)}, other=0).to({dt})"
+        if k == "concat":
+            parts = concat_parts(op)
+            text = f"t{parts[-1][1]}"
+            for span, operand in reversed(parts[:-1]):
+                text = f"tl.where({self.dim_var(span.dim)} < {span.stop}, t{operand}, {text})"
+            return text
         if k == "const":
             if isinstance(op.args[0], Sym):  # a run-time size as a value (a mean's count)
                 return f"(tl.zeros({self.shape(op.level)}, {dt}) + ({op.args[0]}).to({dt}))"
@@ -352,7 +402,7 @@ class _Renderer:
         self.define_dims(self.k.reduce_dims, "rindex", "r", inner)
 
     def define_dims(self, dims, flat, prefix, indent) -> None:
-        if len(dims) > 1 and self._dims_needed(dims):
+        if len(dims) > 1 and (self._dims_needed(dims) or self.k.span_dims & set(dims)):
             self._dim_vars(dims, flat, prefix, indent)
 
     def _dims_needed(self, dims) -> bool:

@@ -10,6 +10,12 @@ producer when the two agree on the iteration space:
   ``x - x.mean(-1, keepdim=True)``, or ops on the reduced values) join it too; a second reduction over the same ``R`` (variance after
   the mean) joins as well;
 
+* a concatenation (kind ``"concat"``) is pointwise over its output's shape; a pointwise
+  group producing its inputs joins it when nothing else uses that group's values and the
+  group's shape broadcasts to each input it feeds (its nodes are then computed over the input's
+  part of the box: ``-x[..., d:]`` inside a rotary embedding's ``cat``). A group with a
+  concatenation never joins a reduction;
+
 then groups that read the same value merge (horizontal fusion, one load for both), and never
 when merging would create a cycle through a node outside both groups (networkx
 answers reachability over the graph's DAG). Nodes with side effects (in-place ops, random
@@ -41,6 +47,8 @@ class FusionGroup:
     reduce_dims: tuple[int, ...] = ()
     epoch: int = 0
     members: set = field(default_factory=set)
+    #: Whether a concatenation is among the nodes (its inputs' producers are not box-shaped).
+    concat: bool = False
 
     @property
     def outer_shape(self) -> tuple[int, ...]:
@@ -104,7 +112,7 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
             box = _shape(node.all_input_nodes[0])
             group = FusionGroup([node], box, tuple(dims), epoch, {node})
         else:
-            group = FusionGroup([node], shape, (), epoch, {node})
+            group = FusionGroup([node], shape, (), epoch, {node}, concat=kind == "concat")
         group_of[node] = group
         producers = []
         for inp in node.all_input_nodes:
@@ -113,7 +121,10 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
                 producers.append(g)
         # Try the largest producer group first: it has the most to share.
         for other in sorted(producers, key=lambda g: -len(g.nodes)):
-            merged = _merge(other, group, dag, order, nodes)
+            if kind == "concat":
+                merged = _merge_into_concat(other, group, node, dag, order, nodes)
+            else:
+                merged = _merge(other, group, dag, order, nodes)
             if merged is not None:
                 for member in merged.nodes:
                     group_of[member] = merged
@@ -142,6 +153,8 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order,
            nodes: list | None = None) -> FusionGroup | None:
     if a.epoch != b.epoch:
         return None
+    if (a.reduce_dims or b.reduce_dims) and (a.concat or b.concat):
+        return None
     if a.reduce_dims and b.reduce_dims:
         if a.sizes != b.sizes or a.reduce_dims != b.reduce_dims:
             return None
@@ -165,7 +178,27 @@ def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order,
     if _creates_cycle(members, dag, order, nodes):
         return None
     nodes = sorted(members, key=order.__getitem__)
-    return FusionGroup(nodes, sizes, dims, a.epoch, members)
+    return FusionGroup(nodes, sizes, dims, a.epoch, members, concat=a.concat or b.concat)
+
+
+def _merge_into_concat(producer: FusionGroup, group: FusionGroup, cat: Node, dag: nx.DiGraph,
+                       order, nodes: list | None = None) -> FusionGroup | None:
+    """``group`` (holding the concatenation ``cat``) with ``producer``, a pointwise group
+    computing some of ``cat``'s inputs and used by nothing else, or None."""
+    if producer.epoch != group.epoch or producer.reduce_dims:
+        return None
+    for n in producer.nodes:
+        if any(u not in producer.members and u is not cat for u in n.users):
+            return None
+    fed = [a for a in cat.args[0] if isinstance(a, Node) and a in producer.members]
+    if not fed or not all(broadcasts_to(producer.sizes, _shape(a)) for a in fed):
+        return None
+    members = producer.members | group.members
+    if _creates_cycle(members, dag, order, nodes):
+        return None
+    merged = sorted(members, key=order.__getitem__)
+    return FusionGroup(merged, group.sizes, (), group.epoch, members,
+                       concat=True)
 
 
 #: Ops that cost far more than a load to recompute at every point of a bigger box.

@@ -21,7 +21,7 @@ DEVICE = "cuda" if os.environ.get("FRAMEJIT_TEST_GPU") == "1" else "cpu"
 
 #: The test modules whose kernel tests run through every renderer: Triton (the interpreter on
 #: CPU tensors) and C (CPU tensors only). A test marked ``triton_only`` runs through Triton alone.
-_ALL_RENDERERS = {"test_kernels", "test_pipeline"}
+_ALL_RENDERERS = {"test_kernels", "test_pipeline", "test_concat"}
 
 
 def pytest_configure(config):

@@ -207,3 +207,26 @@ def test_a_graph_that_is_not_size_generic_runs_as_torch_ops_and_says_why(capsys)
     (declined,) = [e for e in seen if isinstance(e, record.KernelsDeclined)]
     assert "symbolic sizes" in declined.reason and "only for some sizes" in declined.reason
     assert "no kernels for a graph: it has symbolic sizes" in capsys.readouterr().err
+
+
+def test_cats_with_a_dynamic_sequence_length(launcher):
+    """A rotary embedding over a dynamic sequence (the cat's dimension is static) and a cat along
+    the dynamic dimension (its spans are run-time sizes): one kernel each serves every size."""
+    def rotary(q, cos, sin):
+        half = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+
+    def grow(cache, new):
+        return torch.cat((cache.exp(), new * 2), dim=1) + 1
+
+    f, backend_f = compiled(rotary, launcher)
+    g, backend_g = compiled(grow, launcher)
+    for s in range(3, 8):
+        q, cos, sin = torch.randn(2, 3, s, 8), torch.randn(s, 8), torch.randn(s, 8)
+        assert_close_to_eager(f(q, cos, sin), rotary(q, cos, sin))
+        cache, new = torch.randn(2, s, 4), torch.randn(2, 2, 4)
+        assert_close_to_eager(g(cache, new), grow(cache, new))
+    kernels = backend_f.kernels + backend_g.kernels
+    dynamic = [k.kernel for k in kernels if k.kernel.symbols()]
+    assert len(dynamic) == 2
+    assert all(sum(op.kind == "concat" for op in k.ops) == 1 for k in dynamic)

@@ -383,6 +383,18 @@ def test_two_draws_in_one_kernel_are_independent(device, reference):
         assert abs(s - 0.25) < 0.034, share
 
 
+
+def test_a_draw_after_a_cat_covers_every_piece_of_the_row(device):
+    # In C a row that a cat cuts runs one loop per piece; each piece draws its own points.
+    x, y = torch.ones(8, 300, device=device), torch.full((8, 212), 2.0, device=device)
+    got, backend = run_kernels(lambda x, y: dropout_add(A.cat.default([x, y], 1), 0.0, p=0.5), x, y)
+    assert len(backend.kernels) == 1
+    kept = got != 0
+    assert abs(kept.float().mean().item() - 0.5) < 0.05
+    assert abs(kept[:, :300].float().mean().item() - 0.5) < 0.07
+    assert abs(kept[:, 300:].float().mean().item() - 0.5) < 0.07
+    torch.testing.assert_close(got[kept], (torch.cat([x, y], 1) * 2)[kept])
+
 # -- what stays in torch ------------------------------------------------------------------------
 
 def test_unsupported_ops_stay_in_torch_and_split_groups(device):

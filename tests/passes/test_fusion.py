@@ -122,3 +122,23 @@ def test_random_graphs_never_produce_cyclic_groups():
         compiled = compile_with_kernels(gm, inputs, ["cpu"], lint=True)
         for got, want in zip(compiled(*inputs), gm(*inputs)):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cat_takes_producers_used_only_by_it_and_its_consumers():
+    def fn(g, x, y, w):
+        n = call(g, A.neg.default, x)                         # only the cat uses it: joins
+        e = call(g, A.exp.default, y)                         # also returned: stays apart
+        c = call(g, A.cat.default, [n, e], -1)
+        return call(g, A.mul.Tensor, c, w), e
+
+    g = build(fn, torch.randn(3, 2), torch.randn(3, 4), torch.randn(6))
+    assert groups_of(g) == [["exp_default"], ["neg_default", "cat_default", "mul_Tensor"]]
+
+
+def test_a_group_with_a_cat_never_joins_a_reduction():
+    def fn(g, x, y):
+        c = call(g, A.cat.default, [call(g, A.neg.default, x), y], 1)
+        return call(g, A.sum.dim_IntList, call(g, A.exp.default, c), [1], True)
+
+    g = build(fn, torch.randn(3, 2), torch.randn(3, 4))
+    assert groups_of(g) == [["neg_default", "cat_default", "exp_default"], ["sum_dim_IntList"]]
