@@ -364,7 +364,9 @@ class _Lowering:
         out = []
         for d in range(len(self.sizes)):
             j = d - off
-            if j < 0 or strides[d] == 0:
+            # Broadcast only where the size is 1 for every size: a size that is 1 in the example
+            # only (``s0 - 1`` of a slice inside a cat) is read with its stride.
+            if j < 0 or shape[j] == 1:
                 out.append(0)
                 continue
             if self.to_kernel(shape[j]) != self.box[d]:

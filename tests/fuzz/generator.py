@@ -184,11 +184,17 @@ class Generator:
             shape = broadcast(sa, sb)
             if shape is None:
                 b, shape = "GT", broadcast(sa, ONE)
-            kind = self.rng.randrange(3)
+            kind = self.rng.randrange(6)
             if kind == 0:
                 return f"torch.where({a} > 0, {a}, {b})", shape
             if kind == 1:
                 return f"torch.maximum({a}, {b})", shape
+            if kind == 3 and sa:  # a rotation by cat, as rotary embeddings write it
+                return f"torch.cat([-{a}[..., 1:], {a}[..., :1]], dim=-1)", sa
+            if kind == 4 and len(sa) == 2 and sa == sb:  # rows of two tensors
+                return f"torch.cat(({a}[:1], {b}[1:] * 2))", sa
+            if kind == 5 and len(sa) == 2:  # a cat then a reduction over it
+                return f"torch.cat([{a}, {a}.exp()], 1).amax(1, keepdim=True)", sa[:1] + (1,)
             return f"torch.stack([{a}, {a} * 2]).sum(0)", sa
 
         def matmul():

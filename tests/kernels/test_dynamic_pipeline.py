@@ -230,3 +230,17 @@ def test_cats_with_a_dynamic_sequence_length(launcher):
     dynamic = [k.kernel for k in kernels if k.kernel.symbols()]
     assert len(dynamic) == 2
     assert all(sum(op.kind == "concat" for op in k.ops) == 1 for k in dynamic)
+
+
+def test_a_cat_of_slices_that_are_one_element_in_the_example(launcher):
+    # The fuzzer's find: the graph with run-time sizes was built at n = 2, where x[1:] and x[:1]
+    # are one element each, and the kernel read them as broadcast scalars (stride 0) at every n.
+    def roll(a, b):
+        t = a * b - 1
+        return torch.cat([-t[..., 1:], t[..., :1]], dim=-1) * 2
+
+    f, backend = compiled(roll, launcher)
+    for n in (4, 2, 7, 4, 5, 9):
+        a, b = torch.randn(n), torch.randn(n)
+        assert_close_to_eager(f(a, b), roll(a, b))
+    assert any(k.kernel.symbols() for k in backend.kernels), "no kernel with run-time sizes ran"
