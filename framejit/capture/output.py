@@ -24,6 +24,7 @@ from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
 from . import compat
 from . import rerun as rerun_mod
+from .assemble import to_code
 from .examples import meta_from_real
 from .guards import GuardSet
 from .resume import NativeResult
@@ -445,7 +446,7 @@ def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
     body.append(Instr("RETURN_VALUE", lineno=lineno))
     bc.clear()
     bc.extend(body)
-    return bc.to_code()
+    return to_code(bc)
 
 
 def _keep_unused_operations(graph) -> None:

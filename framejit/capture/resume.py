@@ -28,6 +28,7 @@ from bytecode import Bytecode, FreeVar, Instr, Label, TryBegin, TryEnd
 
 from ..errors import Unsupported
 from . import compat
+from .assemble import to_code
 from .codecheck import check_code
 from .interpreter import Inst, decode
 
@@ -279,7 +280,7 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
     # of a `with` block's region the prefix jumps into, and then leaves that region's depth at a
     # sentinel (32768: the handler runs on a stack it does not expect and crashes the
     # interpreter) or fails ("negative stacksize").
-    new = bc.to_code(stacksize=max(code.co_stacksize, depth), compute_exception_stack_depths=False)
+    new = to_code(bc, stacksize=max(code.co_stacksize, depth), compute_exception_stack_depths=False)
     check_code(new)
     per_code[key] = new
     _origin[new] = (code, skipped - new_prefix)
@@ -442,7 +443,7 @@ def break_code(code: types.CodeType, entry, local_names: list[str], markers: lis
     body.append(Instr("RETURN_VALUE", lineno=line))
     bc.clear()
     bc.extend(body)
-    return bc.to_code()
+    return to_code(bc)
 
 
 def resume_function(code: types.CodeType, globals_dict: dict):
