@@ -7,6 +7,9 @@ PY        := $(VENV)/bin/python
 PIP       := $(PY) -m pip --disable-pip-version-check -q
 # The CPU wheel of torch 2.13.0 is local on the project machines; any other version pulls CUDA.
 TORCH_PIN := torch==2.13.0
+# The model tests hold transformers' forwards to one graph each: a new release can change its
+# Python (5.24 gave ModelOutput a metaclass), so the tests run on the version last checked.
+TRANSFORMERS_PIN := transformers==5.24.0
 DEPS      := $(VENV)/.deps-stamp
 EXT       := $(VENV)/.ext-stamp
 
@@ -32,7 +35,7 @@ $(DEPS): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON311) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 	$(PIP) install $(TORCH_PIN)
-	$(PIP) install numpy "bytecode>=0.15" networkx triton pytest ruff transformers
+	$(PIP) install numpy "bytecode>=0.15" networkx triton pytest ruff $(TRANSFORMERS_PIN)
 	@touch $@
 
 # Rebuilds the C extension (editable install) whenever its source changes. Each venv builds its
@@ -52,7 +55,7 @@ $(DEPS312): pyproject.toml Makefile
 	@test -x $(PY312) || $(PYTHON312) -m venv $(VENV312)
 	$(PIP312) install --upgrade pip setuptools wheel
 	$(PIP312) install $(TORCH_PIN)
-	$(PIP312) install numpy "bytecode>=0.15" networkx pytest transformers
+	$(PIP312) install numpy "bytecode>=0.15" networkx pytest $(TRANSFORMERS_PIN)
 	@touch $@
 
 $(EXT312): $(DEPS312) csrc/eval_frame.c csrc/claunch.c

@@ -1227,7 +1227,12 @@ def makes_module(x):
 
 
 class Meta(type):
-    pass
+    """Calling the class runs Python of the metaclass: not captured."""
+
+    def __call__(cls, *args):
+        made = super().__call__(*args)
+        made.t = made.t + 1
+        return made
 
 
 class Abstract(metaclass=Meta):
@@ -1237,6 +1242,38 @@ class Abstract(metaclass=Meta):
 
 def makes_abc_object(x):
     return Abstract(x).t * 2
+
+
+class WrapsInit(type):
+    """Changes the class as it is made (as transformers' ModelOutput does, wrapping the
+    dataclass ``__init__`` when it is set), and nothing of calling it."""
+
+    def __setattr__(cls, name, value):
+        if name == "__init__":
+            init = value
+
+            def __init__(self, *args, **kwargs):
+                kwargs.setdefault("scale", 3)
+                init(self, *args, **kwargs)
+
+            value = __init__
+        super().__setattr__(name, value)
+
+
+@dataclasses.dataclass
+class WrappedOutput(metaclass=WrapsInit):
+    t: torch.Tensor
+    scale: int = 1
+
+
+def makes_object_of_a_class_with_a_metaclass(x):
+    out = WrappedOutput(x * 2)
+    return out.t * out.scale
+
+
+def test_an_object_whose_metaclass_only_changes_class_creation_is_captured(check):
+    assert makes_object_of_a_class_with_a_metaclass(torch.ones(1)).item() == 6
+    check(makes_object_of_a_class_with_a_metaclass, r(3))
 
 
 def assigns_frozen(x):
@@ -1271,7 +1308,7 @@ def test_endless_generator_under_a_bounded_consumer_is_captured(check):
     (filter_on_values, lambda: ([r(3), -r(3).abs()],), "as a Python bool"),
     (uses_id, lambda: (r(3),), "id() of a list"),
     (makes_module, lambda: (r(2, 3),), "creating the module BatchNorm1d()"),
-    (makes_abc_object, lambda: (r(3),), "its metaclass is Meta"),
+    (makes_abc_object, lambda: (r(3),), "its metaclass Meta defines __call__"),
 ], ids=["filter_on_tensor_values", "id", "module_in_frame", "abc_object"])
 def test_unsupported_constructs_keep_eager_results(stats, fn, args, words):
     a = args()

@@ -3,7 +3,8 @@ symbolically on an :class:`ObjectValue` whose attributes live in a dict of value
 named tuples, and ``super()``.
 
 A class qualifies when creating and using its instances is ordinary Python that the capture can
-replay: metaclass ``type`` (or ``ABCMeta``, for a class with no abstract methods left), no
+replay: metaclass ``type``, ``ABCMeta`` (no abstract methods left) or one that leaves calling the
+class and reading its attributes alone (see :func:`metaclass_problem`), no
 ``__new__`` or ``__del__`` of its own, attribute hooks (``__getattribute__``, ``__setattr__``,
 ``__delattr__``) only written in Python (they are inlined), and no builtin base other than
 ``object``. Returned
@@ -12,7 +13,6 @@ objects are rebuilt in the entry function with ``object.__new__`` and ``object._
 
 from __future__ import annotations
 
-import abc
 import collections
 import dataclasses
 import operator
@@ -27,7 +27,7 @@ from .constants import NONE, ConstantValue, const
 from .containers import DictValue, IteratorValue, TupleValue
 from .exceptions import is_exception_class, make_exception
 from .functions import MethodValue, PartialValue
-from .lookup import MISSING, class_lookup, is_data_descriptor
+from .lookup import MISSING, class_lookup, is_data_descriptor, metaclass_problem
 from .modules import create_module
 from .pyops import sequence_contains
 
@@ -56,12 +56,9 @@ def dict_base(cls: type) -> type | None:
 
 def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
     """Why instances of ``cls`` cannot be created symbolically, or None when they can."""
-    if type(cls) is abc.ABCMeta:
-        if cls.__abstractmethods__:
-            return ("it is abstract (TypeError: can't instantiate abstract class with "
-                    f"{', '.join(sorted(cls.__abstractmethods__))})")
-    elif type(cls) is not type:
-        return f"its metaclass is {type(cls).__name__}"
+    problem = metaclass_problem(cls)
+    if problem is not None:
+        return problem
     base = dict_base(cls) if allow_dict else None
     for klass in cls.__mro__[:-1]:
         if not klass.__flags__ & _HEAPTYPE and not (base is not None and klass in _DICT_BASES):
