@@ -162,9 +162,13 @@ static inline float fj_pow2i(int32_t k) {  /* 2^k, -126 <= k <= 127 */
 static inline float fj_expf(float x) {
     /* Below -104 the result is 0: those lanes (a mask's -inf) compute exp(0) instead, since
        arithmetic with subnormal results costs a microcode assist per instruction (2.7x slower
-       for a causal softmax), and take 0 at the end. */
-    float c = x < -104.0f ? 0.0f : x;
-    c = c > 89.0f ? 89.0f : c;
+       for a causal softmax), and take 0 at the end. Every special lane is a select on the
+       computed value, never a branch: the order of the selects matters to gcc, which copied
+       the consumers of an earlier form (a sigmoid's division) into each arm (PRE), and each
+       clamp is one compare-and-blend (NaN lanes compute with 89, then take x). */
+    const int tiny = x < -104.0f;
+    float c = tiny ? 0.0f : x;
+    c = c < 89.0f ? c : 89.0f;
     const float k = FJ_MULADD(c, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  /* round */
     float r = FJ_MULADD(k, -0.693359375f, c);
     r = FJ_MULADD(k, 2.12194440e-4f, r);
@@ -184,7 +188,8 @@ static inline float fj_expf(float x) {
     float p1;
     memcpy(&p1, &pb, 4);
     const float y = p1 * fj_pow2i(ki - k1);
-    return x != x ? x : (x < -104.0f ? 0.0f : y);
+    const float y0 = tiny ? 0.0f : y;
+    return x != x ? x : y0;
 }
 
 static inline float fj_bf2f(uint16_t h) {
