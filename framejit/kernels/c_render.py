@@ -20,8 +20,8 @@ The loop nest splits the box in two:
 
 A reduction whose row is strided in memory (an outer reduction such as ``x.sum(0)``) or
 contiguous only in runs of at most :data:`SHORT_RUN` elements (max-pool's windows), and whose
-outputs are contiguous along some outer dimension, runs the other way round: blocks of :data:`BLOCK`
-neighbouring outputs, the row the outer loop and the block the vector loop, accumulators in
+outputs are contiguous along some outer dimension, runs the other way round: blocks of
+neighbouring outputs (:meth:`_Renderer.block_width`), the row the outer loop and the block the vector loop, accumulators in
 arrays (max/min keep NaN, arg reductions the first index; float sums add in fp64).
 
 Parallelism follows Inductor's rule of thumb (no OpenMP below :data:`PARALLEL_MIN` elements):
@@ -91,6 +91,16 @@ MAX_PARTS = 256
 #: run across a block of BLOCK neighbouring outputs at once (see :meth:`_Renderer.block_dim`).
 BLOCK = 16
 SHORT_RUN = 4
+#: A static block dimension of at most this many outputs is one block; a longer one is cut in
+#: blocks of the widest of :data:`BLOCK_WIDTHS` that divides it. Either way the vector loop has a
+#: constant trip count (no masked epilogue) and a block's fixed costs (its index arithmetic,
+#: accumulator set-up) are shared by more outputs: max-pool over 64 channels-last channels ran
+#: 4 blocks of 16 per window row.
+MAX_BLOCK = 64
+BLOCK_WIDTHS = (64, 48, 32, 16)
+#: Blocks of at least this constant width keep a float max/min's NaNs in flags of their own
+#: (see :meth:`_Renderer.block_rows`).
+NAN_FLAGS_WIDTH = 32
 #: Rows of at most this many elements are unrolled in the block loop.
 UNROLL_ROW = 16
 #: A static row of at most this many elements keeps the values that a later loop over the row
@@ -1105,7 +1115,7 @@ class _Renderer:
         """The outer dimension to run a short reduction across, or None.
 
         A row strided in memory (an outer reduction such as ``x.sum(0)``) or contiguous only in
-        runs of a few elements (max-pool's 2x2 windows) makes a poor vector loop along the row. Instead each step of the row updates :data:`BLOCK` neighbouring outputs
+        runs of a few elements (max-pool's 2x2 windows) makes a poor vector loop along the row. Instead each step of the row updates a block of neighbouring outputs
         at once, their accumulators in arrays, which vectorizes along a dimension where every
         output is contiguous. Only for one group of reductions feeding nothing but per-row
         values (no FULL stores, no random numbers)."""
@@ -1131,11 +1141,26 @@ class _Renderer:
             return None  # a row contiguous in memory: the row loop vectorizes (5x faster at 64)
         return dims[-1]
 
+    def block_width(self) -> int:
+        """Outputs per block along :attr:`block`: :data:`BLOCK` for a run-time size, else see
+        :data:`MAX_BLOCK`."""
+        ni = self.sizes[self.block]
+        if not isinstance(ni, int):
+            return BLOCK
+        if ni <= MAX_BLOCK:
+            return ni
+        return next((w for w in BLOCK_WIDTHS if ni % w == 0), BLOCK)
+
+    def blocks_per_row(self) -> str:
+        """C text of the number of blocks along :attr:`block`."""
+        ni, width = self.sizes[self.block], self.block_width()
+        return str(-(-ni // width)) if isinstance(ni, int) else f"(({ni} + {width - 1}) / {width})"
+
     def block_count(self) -> tuple[str, Expr]:
         """(C text of the number of blocks, the number of outputs per block dimension)."""
         ni = self.sizes[self.block]
         rest = product([self.sizes[d] for d in self.xdims if d != self.block])
-        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
+        per = self.blocks_per_row()
         return (per if rest == 1 else f"{rest} * {per}"), ni
 
     def acc_init(self, i: int) -> str:
@@ -1152,7 +1177,7 @@ class _Renderer:
         return _literal(info.min if big else info.max, sdt)
 
     def block_rows(self, indent: str, lo: str, hi: str) -> None:
-        """Blocks [lo, hi) of :data:`BLOCK` outputs along :attr:`block` (``fj_nb`` of them,
+        """Blocks [lo, hi) of :meth:`block_width` outputs along :attr:`block` (``fj_nb`` of them,
         defined by the caller), each reduced with the row as the outer loop and the block as
         the inner (vector) loop."""
         k = self.k
@@ -1164,9 +1189,15 @@ class _Renderer:
         arg = [i for i in group if k.ops[i].args[0] in ("argmax", "argmin")]
         ind = indent + "    "
         self.lines.append(f"{indent}for (int64_t b = {lo}; b < {hi}; b++) {{")
-        per = f"(({ni} + {BLOCK - 1}) / {BLOCK})"
-        self.lines.append(f"{ind}const int64_t xq = b / {per}, j0 = b % {per} * {BLOCK};")
-        self.lines.append(f"{ind}const int64_t jn = FJ_MIN({BLOCK}, {ni} - j0);")
+        per, width = self.blocks_per_row(), self.block_width()
+        if per == "1":
+            self.lines.append(f"{ind}const int64_t xq = b, j0 = 0;")
+        else:
+            self.lines.append(f"{ind}const int64_t xq = b / {per}, j0 = b % {per} * {width};")
+        if isinstance(ni, int) and ni % width == 0:
+            self.lines.append(f"{ind}const int64_t jn = {width};")
+        else:
+            self.lines.append(f"{ind}const int64_t jn = FJ_MIN({width}, {ni} - j0);")
         self.define_dims(others, "xq", "x", ind)
         for b in k.buffers:
             part = self._part(others, "xq", "x", b.strides) if others else ""
@@ -1184,15 +1215,26 @@ class _Renderer:
         # Sums add in their accumulator type: fp64 for floats (more precise than the fp32
         # chunks of the row loop, which have vector lanes to cut the drift; this order has none).
         acc_type = self.acc_type
+        # A float max/min over a block of constant width keeps "some NaN seen" in flags of its
+        # own: the update is then a plain compare-and-select (vmaxps) that gcc keeps in
+        # registers, 2.3x faster for max-pool than one select on (v > a || v != v). With a
+        # run-time width gcc vectorizes only the one-select form.
+        nan_flags = {i for i in group if k.ops[i].args[0] in ("max", "min")
+                     and acc_type(i) in ("float", "double")
+                     and isinstance(ni, int) and ni % width == 0 and width >= NAN_FLAGS_WIDTH}
         for i in group:
-            self.lines.append(f"{ind}{acc_type(i)} A{i}[{BLOCK}];")
+            self.lines.append(f"{ind}{acc_type(i)} A{i}[{width}];")
             if i in arg:
-                self.lines.append(f"{ind}int64_t I{i}[{BLOCK}];")
-        self.lines.append(f"{ind}for (int j = 0; j < {BLOCK}; j++) {{")
+                self.lines.append(f"{ind}int64_t I{i}[{width}];")
+            if i in nan_flags:
+                self.lines.append(f"{ind}int N{i}[{width}];")
+        self.lines.append(f"{ind}for (int j = 0; j < {width}; j++) {{")
         for i in group:
             self.lines.append(f"{ind}    A{i}[j] = {self.acc_init(i)};")
             if i in arg:
                 self.lines.append(f"{ind}    I{i}[j] = 0;")
+            if i in nan_flags:
+                self.lines.append(f"{ind}    N{i}[j] = 0;")
         self.lines.append(f"{ind}}}")
         # A short static row is unrolled inside the block loop: its loads then sit at constant
         # distances (max-pool's 2x2 window: +0, +1, +64, +65), which gcc vectorizes in full;
@@ -1224,6 +1266,10 @@ class _Renderer:
                 if kind == "sum":
                     cast = f"({acc_type(i)})" if acc_type(i).startswith("uint") else ""
                     self.lines.append(f"{at}{a} += {cast}{v};")
+                elif i in nan_flags:
+                    cmp = ">" if kind == "max" else "<"
+                    self.lines.append(f"{at}{a} = {v} {cmp} {a} ? {v} : {a};")
+                    self.lines.append(f"{at}N{i}[j] |= {v} != {v};")
                 elif kind in ("max", "min"):
                     cmp = ">" if kind == "max" else "<"
                     self.lines.append(f"{at}{a} = ({v} {cmp} {a} || {v} != {v}) ? {v} : {a};")
@@ -1243,6 +1289,8 @@ class _Renderer:
         for i in group:
             op = k.ops[i]
             value = f"I{i}[j]" if i in arg else f"({c_type(op.dtype)})A{i}[j]"
+            if i in nan_flags:
+                value = f"N{i}[j] ? ({c_type(op.dtype)})NAN : {value}"
             self.lines.append(f"{ind}    const {local_type(op.dtype)} t{i} = {value};")
         self.emit([j for j, op in enumerate(k.ops) if op.level == OUTER and op.kind != "reduce"],
                   ind + "    ")
