@@ -21,8 +21,9 @@ The loop nest splits the box in two:
 A reduction whose row is strided in memory (an outer reduction such as ``x.sum(0)``) or
 contiguous only in runs of at most :data:`SHORT_RUN` elements (max-pool's windows), and whose
 outputs are contiguous along some outer dimension, runs the other way round: blocks of
-neighbouring outputs (:meth:`_Renderer.block_width`), the row the outer loop and the block the vector loop, accumulators in
-arrays (max/min keep NaN, arg reductions the first index; float sums add in fp64).
+neighbouring outputs (:meth:`_Renderer.block_width`), the row the outer loop and the block the
+vector loop, accumulators in arrays (max/min keep NaN, arg reductions the first index; float sums
+add in fp64).
 
 Parallelism follows Inductor's rule of thumb (no OpenMP below :data:`PARALLEL_MIN` elements):
 many rows run in parallel over rows; a single row (a full reduction, a 1-D pointwise kernel) is
@@ -1115,8 +1116,9 @@ class _Renderer:
         """The outer dimension to run a short reduction across, or None.
 
         A row strided in memory (an outer reduction such as ``x.sum(0)``) or contiguous only in
-        runs of a few elements (max-pool's 2x2 windows) makes a poor vector loop along the row. Instead each step of the row updates a block of neighbouring outputs
-        at once, their accumulators in arrays, which vectorizes along a dimension where every
+        runs of a few elements (max-pool's 2x2 windows) makes a poor vector loop along the row.
+        Instead each step of the row updates a block of neighbouring outputs at once, their
+        accumulators in arrays, which vectorizes along a dimension where every
         output is contiguous. Only for one group of reductions feeding nothing but per-row
         values (no FULL stores, no random numbers)."""
         k = self.k
@@ -1217,8 +1219,9 @@ class _Renderer:
         acc_type = self.acc_type
         # A float max/min over a block of constant width keeps "some NaN seen" in flags of its
         # own: the update is then a plain compare-and-select (vmaxps) that gcc keeps in
-        # registers, 2.3x faster for max-pool than one select on (v > a || v != v). With a
-        # run-time width gcc vectorizes only the one-select form.
+        # registers, 2.3x faster for max-pool than one select on (v > a || v != v). Narrower
+        # blocks and run-time widths keep that one select: there gcc 12 did not vectorize the
+        # flag form at all (13x slower at a width of 16).
         nan_flags = {i for i in group if k.ops[i].args[0] in ("max", "min")
                      and acc_type(i) in ("float", "double")
                      and isinstance(ni, int) and ni % width == 0 and width >= NAN_FLAGS_WIDTH}
