@@ -324,7 +324,9 @@ def _silu(b, input, inplace=False):
     if not is_float_tensor(input) or inplace is not False:
         return None
     x = b.upcast(input)
-    return b.convert(b.mul(x, b.unary("sigmoid", x)), b.out.dtype)
+    # x / (1 + exp(-x)), eager's own formula (CPU and CUDA): one rounding where x * sigmoid(x)
+    # has two, and a division where that has a division and a multiply.
+    return b.convert(b.div(x, b.add(b.unary("exp", b.unary("neg", x)), 1.0)), b.out.dtype)
 
 
 def _dropout(b: Builder, input, p, training, inplace) -> Node | None:
