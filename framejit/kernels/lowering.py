@@ -153,6 +153,8 @@ def classify(node: Node) -> str | None:
         bounds = [*node.args[1:], *node.kwargs.values()]
         if out.dtype == torch.bool or not all(b is None or _scalar_ok(b) for b in bounds):
             return None
+        if any(type(b) is float and math.isnan(b) for b in bounds):
+            return None  # eager's result is all NaN; the compare-and-select lowering keeps x
         return POINTWISE
     if target is aten.pow.Tensor_Scalar:
         if not out.dtype.is_floating_point or node.args[1] not in _POW_EXPONENTS:
