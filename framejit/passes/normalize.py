@@ -400,7 +400,7 @@ def _to_dtype(b: Builder, input: Any, dtype: Any) -> Node | None:
     """A pure dtype change. Torch returns the input itself when the dtype already matches."""
     if not is_tensor(input) or not isinstance(dtype, torch.dtype):
         return None
-    return b.convert(input, dtype)
+    return b.convert(input, dtype, rounds=True)
 
 
 def _dtype_method(dtype: torch.dtype):
@@ -511,7 +511,7 @@ def _sum(b, input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         if not isinstance(dtype, torch.dtype):
             return None
-        input = b.convert(input, dtype)
+        input = b.convert(input, dtype, rounds=True)
     # fp16/bf16 sums accumulate in fp32, like eager.
     x = b.convert(input, compute_dtype(b.out.dtype))
     return b.finish_reduction(b.sum(x, dims), dims, keepdim)

@@ -263,11 +263,20 @@ class Builder:
         """``aten.<name>.default(x)``, e.g. ``b.unary("exp", x)``."""
         return self(getattr(aten, name).default, x)
 
-    def convert(self, x: Node, dtype: torch.dtype) -> Node:
-        """``x`` in ``dtype``: x itself when it already is."""
+    def convert(self, x: Node, dtype: torch.dtype, *, rounds: bool = False) -> Node:
+        """``x`` in ``dtype``: x itself when it already is.
+
+        ``rounds``: the program itself converts here (``x.half()``, ``sum(dtype=...)``), so
+        the value must be rounded to ``dtype`` even where a kernel goes on computing with it
+        in fp32 (``meta["rounds"]``). Without it, the conversion only gives back the dtype of
+        a value the passes computed in fp32 (a decomposed softmax), and kernels round such a
+        value on store only, as they do every fp16/bf16 result."""
         if val(x).dtype == dtype:
             return x
-        return self(prims.convert_element_type.default, x, dtype)
+        node = self(prims.convert_element_type.default, x, dtype)
+        if rounds:
+            node.meta["rounds"] = True
+        return node
 
     def upcast(self, x: Node) -> Node:
         """fp16/bf16 to fp32 (what eager computes in); other dtypes unchanged."""
