@@ -623,6 +623,10 @@ class _Renderer:
             return f"fj_u_{op.args[0]}_{op.args[1]}[r - fj_ub]"
         if k == "cast":
             return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
+        if k == "round":
+            if op.args[1] == torch.float16:
+                return f"fj_h2f(fj_f2h((float){a[0]}))"
+            return f"fj_bf2f(fj_f2bf((float){a[0]}))"
         if k == "where":
             return f"({a[0]} ? {a[1]} : {a[2]})"
         if k == "concat" and self.chosen(op) is not None:

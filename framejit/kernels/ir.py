@@ -140,6 +140,8 @@ class Op:
     a run-time size such as the count a mean divides by, as a value of ``dtype``), ``rand`` (args:
     seed buffer name, stream number; uniform in [0, 1), one draw per box point; each rand op of
     a kernel has its own stream number, so two draws are independent), ``cast`` (args: operand),
+    ``round`` (args: operand, fp16 or bf16: the fp32 operand rounded to that dtype and back, what
+    an explicit conversion to it does; the value stays fp32),
     ``where`` (cond, a, b), a name in :data:`UNARY` or :data:`BINARY`, ``reduce`` (args:
     reduction name, operand) or ``store`` (args: buffer name, operand). Operands are indices of
     earlier ops. ``dtype`` is the compute dtype of the value (fp16/bf16 are computed in fp32).

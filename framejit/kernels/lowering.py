@@ -153,6 +153,8 @@ def classify(node: Node) -> str | None:
         bounds = [*node.args[1:], *node.kwargs.values()]
         if out.dtype == torch.bool or not all(b is None or _scalar_ok(b) for b in bounds):
             return None
+        if any(type(b) is float and math.isnan(b) for b in bounds):
+            return None  # eager's result is all NaN; the compare-and-select lowering keeps x
         return POINTWISE
     if target is aten.pow.Tensor_Scalar:
         if not out.dtype.is_floating_point or node.args[1] not in _POW_EXPONENTS:
@@ -577,7 +579,15 @@ class _Lowering:
             x = self.operand(args[0], compute_dtype(_val(args[0]).dtype), level)
             return self.emit("isnan", (x,), torch.bool, level)
         if target is prims.convert_element_type.default or target is aten.clone.default:
-            return self.operand(args[0], c, level)
+            x = self.operand(args[0], c, level)
+            if (node.meta.get("rounds") and _rounds(_val(args[0]).dtype, out.dtype)
+                    and any(u in self.members for u in node.users)):
+                # fp16/bf16 values are fp32 in a kernel and round on store, but the ops in the
+                # kernel that read a conversion the program asked for must see it rounded (and
+                # overflowed to inf), as eager's x.half().float() or x.sum(dtype=torch.float16)
+                # do (passes.util.Builder.convert).
+                x = self.emit("round", (x, out.dtype), c, level)
+            return x
         if target in _CONCATS:
             return self.concat(node, c)
         if target is aten.rand_like.default:
@@ -620,6 +630,14 @@ class _Lowering:
         if n < 0:
             result = self.emit("reciprocal", (result,), c, level)
         return result
+
+
+def _rounds(source: torch.dtype, target: torch.dtype) -> bool:
+    """Whether converting ``source`` values to ``target`` can change them beyond what computing
+    in ``compute_dtype(target)`` does: a conversion to fp16/bf16 from anything but itself and
+    the small integers (every int8, uint8 and bool value is exact in both)."""
+    return target in (torch.float16, torch.bfloat16) and source not in (
+        target, torch.bool, torch.int8, torch.uint8)
 
 
 def _hint_one(e) -> bool:

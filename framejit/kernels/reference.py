@@ -83,6 +83,8 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
             v = torch.rand(sizes, generator=g, dtype=torch.float32)
         elif kind == "cast":
             v = values[args[0]].to(op.dtype)
+        elif kind == "round":
+            v = values[args[0]].to(args[1]).to(op.dtype)
         elif kind == "where":
             v = torch.where(values[args[0]], values[args[1]], values[args[2]]).to(op.dtype)
         elif kind in _UNARY:

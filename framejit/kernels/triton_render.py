@@ -306,6 +306,14 @@ class _Renderer:
             if op.dtype == torch.bool:
                 return f"{a[0]} != 0"
             return f"{a[0]}.to({dt})"
+        if k == "round":
+            x = a[0]
+            if op.args[1] == torch.float16:
+                return f"{x}.to(tl.float16).to({dt})"
+            # bf16 by hand, to nearest even (NaN kept): Triton's interpreter truncates .to(bf16).
+            bits = f"{x}.to(tl.uint32, bitcast=True)"
+            rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16 << 16).to(tl.float32, bitcast=True)"
+            return f"tl.where({x} != {x}, {x}, {rounded})"
         if k == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
         x = a[0] if a else None

@@ -62,7 +62,7 @@ def _softmax(b: Builder, input: Any, dim: Any, dtype: Any, log: bool) -> Node | 
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             return None
-        input = b.convert(input, dtype)
+        input = b.convert(input, dtype, rounds=True)
     shape = val(input).shape
     if not -len(shape) <= dim < len(shape) or shape[dim] == 0:
         return None
@@ -369,7 +369,7 @@ def _mean(b, input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         if not isinstance(dtype, torch.dtype):
             return None
-        input = b.convert(input, dtype)
+        input = b.convert(input, dtype, rounds=True)
     x = b.upcast(input)
     return b.finish_reduction(b.mean(x, dims), dims, keepdim)
 

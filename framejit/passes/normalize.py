@@ -31,6 +31,7 @@ from .util import (
     is_tensor,
     layout_is_exact,
     normalize_dims,
+    number_fits,
     val,
 )
 
@@ -68,14 +69,32 @@ def _operands(*xs: Any) -> bool:
 # arithmetic
 
 
+def _scaled(b: Builder, c: Any, alpha: Any) -> Node | None:
+    """``alpha * c`` for add/sub/rsub's ``alpha=``, as eager computes it: in the result's dtype,
+    not ``c``'s own (an int8 ``c`` added to an int64 tensor is multiplied in int64, where int8
+    would wrap), ``c`` itself for an ``alpha`` of 1. None where eager raises (a bool ``alpha``
+    for a non-bool result, a float one for an integer result, one out of the result dtype's
+    range), so that torch raises it, or where ``c`` is a number (Python would compute the
+    product, not torch)."""
+    out = b.out.dtype
+    if not is_number(alpha) or type(alpha) is bool or out == torch.bool or out.is_complex:
+        return c if type(alpha) is int and alpha == 1 else None
+    if type(alpha) is float and not out.is_floating_point:
+        return None
+    if alpha == 1:
+        return c
+    if not is_tensor(c) or not number_fits(alpha, out):
+        return None
+    return b.mul(b.convert(c, out), alpha)
+
+
 def _arith(b: Builder, op: Any, a: Any, c: Any, alpha: Any = 1) -> Node | None:
     """``a <op> alpha * c`` with a tensor first. ``op`` is add/sub/mul/div .Tensor."""
     if not _operands(a, c) or not is_number(alpha):
         return None
-    if alpha != 1:
-        if not is_tensor(c):
-            return None  # alpha times a number would be computed in Python, not as torch does
-        c = b.mul(c, alpha)
+    c = _scaled(b, c, alpha)
+    if c is None:
+        return None
     if is_tensor(a):
         return b(op, a, c)
     # A number first: put the tensor first without changing a single bit of the result.
@@ -117,10 +136,9 @@ def _rsub(b, input, other, *, alpha=1):
     # torch.rsub(x, y, alpha) == y - alpha * x
     if not is_number(alpha):
         return None
-    if alpha != 1:
-        if not is_tensor(input):
-            return None
-        input = b.mul(input, alpha)
+    input = _scaled(b, input, alpha)
+    if input is None:
+        return None
     return _arith(b, aten.sub.Tensor, other, input)
 
 
@@ -315,6 +333,9 @@ def _where(b, condition, input, other):
         return None
     if not (is_tensor(input) or is_number(input)) or not (is_tensor(other) or is_number(other)):
         return None
+    # A number is converted to the result's dtype as eager checks it (int8 and 1000 raises).
+    if any(is_number(v) and not number_fits(v, b.out.dtype) for v in (input, other)):
+        return None
     # aten's where.self takes tensors only; the other overloads take the numbers.
     if is_tensor(input) and is_tensor(other):
         return b(aten.where.self, condition, input, other)
@@ -343,6 +364,8 @@ def _masked_fill(b, input, mask, value):
         return None
     if not (dtype.is_floating_point or dtype.is_complex) and type(value) is float:
         return None
+    if not number_fits(value, dtype):
+        return None  # eager raises: the value does not fit the tensor's dtype
     return b.convert(b(aten.where.ScalarSelf, mask, value, input), dtype)
 
 
@@ -354,6 +377,8 @@ def _bound(x: Any) -> bool:
 def _clamp(b, input, min=None, max=None):  # noqa: A002 - torch's parameter names
     if not is_tensor(input) or not _bound(min) or not _bound(max) or (min is None and max is None):
         return None  # tensor bounds stay in torch
+    if not all(bound is None or number_fits(bound, b.out.dtype) for bound in (min, max)):
+        return None  # eager raises: a bound does not fit the result's dtype
     return b(aten.clamp.default, input, min, max)
 
 
@@ -375,7 +400,7 @@ def _to_dtype(b: Builder, input: Any, dtype: Any) -> Node | None:
     """A pure dtype change. Torch returns the input itself when the dtype already matches."""
     if not is_tensor(input) or not isinstance(dtype, torch.dtype):
         return None
-    return b.convert(input, dtype)
+    return b.convert(input, dtype, rounds=True)
 
 
 def _dtype_method(dtype: torch.dtype):
@@ -486,7 +511,7 @@ def _sum(b, input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         if not isinstance(dtype, torch.dtype):
             return None
-        input = b.convert(input, dtype)
+        input = b.convert(input, dtype, rounds=True)
     # fp16/bf16 sums accumulate in fp32, like eager.
     x = b.convert(input, compute_dtype(b.out.dtype))
     return b.finish_reduction(b.sum(x, dims), dims, keepdim)

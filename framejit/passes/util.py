@@ -64,6 +64,39 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
+_INT64 = torch.iinfo(torch.int64)
+
+
+def number_fits(value: Any, dtype: torch.dtype) -> bool:
+    """Whether eager converts the Python number ``value`` to ``dtype`` without raising "value
+    cannot be converted to type ... without overflow".
+
+    Ops that take a number as an argument of the tensor's own dtype (``clamp``'s bounds,
+    ``masked_fill``'s and ``where``'s value, ``add``'s ``alpha``) convert it with that check
+    (``c10::overflows``), where arithmetic with a number (``x + 1000``) wraps. A kernel would
+    wrap too, so a rule leaves a number that does not fit to torch, which raises as eager does.
+    Unsigned dtypes take negative ints down to ``-max`` (they wrap, as c10 allows); infinities
+    and NaN fit every floating dtype. Complex dtypes are refused (no rule lowers them).
+    """
+    if type(value) is bool:
+        return not dtype.is_complex
+    if type(value) is int and not _INT64.min <= value <= _INT64.max:
+        return False  # not even a c10::Scalar
+    if type(value) not in (int, float) or dtype.is_complex:
+        return False
+    if dtype.is_floating_point:
+        if type(value) is float and (math.isinf(value) or math.isnan(value)):
+            return True
+        info = torch.finfo(dtype)
+        return info.min <= value <= info.max
+    if type(value) is float and math.isnan(value):
+        return False
+    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    if low == 0 and type(value) is int and value < 0:
+        return -value <= high  # two's-complement wrap of a negative int, as c10 allows
+    return low <= value <= high
+
+
 def normalize_dims(ndim: int, dim: Any, *, empty_means_all: bool = False) -> list[int] | None:
     """``dim`` (None for all, an int, or a list/tuple of ints, possibly negative) as a sorted
     list of distinct non-negative dims; None when it is anything else or out of range.
@@ -230,11 +263,20 @@ class Builder:
         """``aten.<name>.default(x)``, e.g. ``b.unary("exp", x)``."""
         return self(getattr(aten, name).default, x)
 
-    def convert(self, x: Node, dtype: torch.dtype) -> Node:
-        """``x`` in ``dtype``: x itself when it already is."""
+    def convert(self, x: Node, dtype: torch.dtype, *, rounds: bool = False) -> Node:
+        """``x`` in ``dtype``: x itself when it already is.
+
+        ``rounds``: the program itself converts here (``x.half()``, ``sum(dtype=...)``), so
+        the value must be rounded to ``dtype`` even where a kernel goes on computing with it
+        in fp32 (``meta["rounds"]``). Without it, the conversion only gives back the dtype of
+        a value the passes computed in fp32 (a decomposed softmax), and kernels round such a
+        value on store only, as they do every fp16/bf16 result."""
         if val(x).dtype == dtype:
             return x
-        return self(prims.convert_element_type.default, x, dtype)
+        node = self(prims.convert_element_type.default, x, dtype)
+        if rounds:
+            node.meta["rounds"] = True
+        return node
 
     def upcast(self, x: Node) -> Node:
         """fp16/bf16 to fp32 (what eager computes in); other dtypes unchanged."""

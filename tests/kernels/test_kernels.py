@@ -103,6 +103,15 @@ def test_comparisons_logical_where_clamp(device):
     check(f, x, i, kernels=1)
 
 
+@pytest.mark.parametrize("bounds", [(float("nan"), None), (None, float("nan")), (0.0, float("nan")),
+                                    (float("nan"), 1.0)])
+def test_clamp_by_a_nan_bound_is_all_nan_as_in_eager(bounds, device):
+    # Eager's clamp by a NaN bound gives NaN everywhere; a compare-and-select kernel would keep
+    # x (every comparison with NaN is false), so such a clamp stays a torch op.
+    x = torch.tensor(SPECIAL, device=device)
+    check(lambda x: A.clamp.default(A.mul.Tensor(x, 2.0), *bounds), x, kernels=1)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, -1, -2, 0.5, -0.5])
 def test_pow_by_small_exponents(n, device):
     x = torch.rand(33, device=device) * 3 + 0.1

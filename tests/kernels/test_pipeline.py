@@ -61,6 +61,32 @@ def test_each_pattern_is_one_kernel_and_matches_eager(name, dtype, device):
         assert_close_to_eager(got, fn(*args))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["to", "method", "sum_dtype", "softmax_dtype", "from_int"])
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_a_conversion_the_program_asks_for_rounds_inside_a_kernel(form, dtype, reference, device):
+    # fp16/bf16 values are fp32 inside a kernel, but a conversion the program wrote is rounded
+    # where the kernel reads it: x.half().float() * 2 was x * 2 unrounded, and 70000 stayed
+    # finite where eager's fp16 gives inf; sum(dtype=torch.float16) summed unrounded elements.
+    fns = {
+        "to": lambda x: x.to(dtype).float() * 2,
+        "method": lambda x: (x.half() if dtype == torch.float16 else x.bfloat16()).double() + 1,
+        "sum_dtype": lambda x: x.sum(-1, dtype=dtype),
+        "softmax_dtype": lambda x: F.softmax(x, -1, dtype=dtype),
+        "from_int": lambda x: (x * 1000).long().to(dtype).float() - 1,
+    }
+    x = torch.randn(6, 40, device=device) * 30 + 1.001
+    x[0, :4] = torch.tensor([7e4, -7e4, 65519.0, 3.0e38])
+    fn = fns[form]
+    got, backend = run_kernels(fn, x, reference=reference)
+    expected = fn(x)
+    assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
+    if form in ("to", "method", "from_int"):
+        assert torch.equal(got, expected)  # every step exact but the conversion itself
+    else:
+        assert_close_to_eager(got, expected)
+
+
 def test_dropout_add_in_training_is_one_kernel(device):
     x = torch.randn(64, 64, device=device) + 5
     r = torch.randn(64, 64, device=device)

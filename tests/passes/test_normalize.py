@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import framejit
+from framejit.backends.registry import Backend
 from framejit.fx_ir import Graph, GraphModule
 from framejit.passes import normalize
 from framejit.passes.util import Builder, RuleTable, apply_rules
@@ -262,6 +264,76 @@ def test_masked_fill_with_a_number_is_where_in_the_input_dtype(rewrite, value, d
     result = rewrite(normalize, fn, x, mask, expect_change=changes)
     if changes:
         assert aten.where.ScalarSelf in result.targets()
+
+
+@pytest.mark.parametrize("form", ["add", "sub", "rsub", "method"])
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.int8), (torch.float32, torch.int8),
+                                    (torch.int32, torch.uint8), (torch.float32, torch.float16)],
+                         ids=["i64-i8", "f32-i8", "i32-u8", "f32-f16"])
+def test_alpha_multiplies_in_the_result_dtype(rewrite, form, dtypes):
+    # alpha * y is computed in the result's dtype, not y's: 3 * int8(100) is 300 added to an
+    # int64 tensor, not int8's wrapped 44 (the compiled sum was wrong before).
+    fn = {
+        "add": lambda x, y: torch.add(x, y, alpha=3),
+        "sub": lambda x, y: torch.sub(x, y, alpha=3),
+        "rsub": lambda x, y: torch.rsub(y, x, alpha=3),
+        "method": lambda x, y: x.add(y, alpha=3),
+    }[form]
+    x = torch.tensor([1, 2, 3, 4]).to(dtypes[0])
+    y = torch.tensor([100, 90, 5, 127]).to(dtypes[1])
+    result = rewrite(normalize, fn, x, y)
+    assert aten.mul.Tensor in result.targets()
+
+
+@pytest.mark.parametrize(
+    "fn, dtype_",
+    [
+        (lambda x: x.clamp(max=1000), torch.int8),
+        (lambda x: x.clamp(min=-256), torch.uint8),
+        (lambda x: torch.clamp(x, -1e5, 1e5), torch.float16),
+        (lambda x: x.masked_fill(x > 0, 128), torch.int8),
+        (lambda x: x.masked_fill(x > 0, 1e300), torch.float32),
+        (lambda x: torch.where(x > 0, x, 1000), torch.int8),
+        (lambda x: torch.where(x > 0, -300, x), torch.uint8),
+        (lambda x: torch.add(x, x, alpha=300), torch.int8),
+        (lambda x: torch.add(x, x, alpha=True), torch.float32),
+        (lambda x: torch.sub(x, x, alpha=1e5), torch.float16),
+    ],
+)
+def test_numbers_eager_refuses_are_left_to_torch(targets_of, fn, dtype_):
+    # clamp's bounds, masked_fill's and where's values and alpha are converted to the tensor's
+    # dtype with an overflow check, and alpha's kind is checked: eager raises, where a kernel
+    # would wrap the number (int8 1000 -> -24) or ignore the check and return a result.
+    x = torch.tensor([3, -2, 5, 1]).to(dtype_)
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm.graph)
+        return gm.forward_fn
+
+    with pytest.raises(RuntimeError):  # the graph raises; the frame then runs as Python
+        framejit.compile(fn, backend=Backend("record", record, native=True), fullgraph=True)(x)
+    (graph,) = graphs
+    normalize(graph)
+    refused = {aten.clamp.default, aten.where.ScalarOther, aten.where.ScalarSelf,
+               aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor}
+    assert refused.isdisjoint(targets_of(graph)), str(graph)
+    with pytest.raises(RuntimeError) as compiled:
+        framejit.compile(fn)(x)
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_numbers_that_fit_the_dtype_are_still_rewritten(rewrite):
+    # The edges of what eager accepts: uint8 takes -255 (it wraps), floats take inf and NaN.
+    u8 = torch.tensor([3, 200, 5, 1], dtype=torch.uint8)
+    result = rewrite(normalize, lambda x: (x.clamp(max=-255), x.masked_fill(x > 4, -1)), u8)
+    assert aten.clamp.default in result.targets() and aten.where.ScalarSelf in result.targets()
+    h = torch.tensor([3.0, -2.0, 5.0, 1.0], dtype=torch.float16)
+    result = rewrite(normalize, lambda x: (x.clamp(max=float("inf")), torch.where(x > 0, x, 6e4),
+                                           torch.add(x, x, alpha=-6e4)), h)
+    assert aten.clamp.default in result.targets() and aten.where.ScalarOther in result.targets()
 
 
 def test_masked_fill_with_a_tensor_value_is_left_to_torch(rewrite):
