@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .. import record
-from .c_render import PRELUDE, named_function
+from .c_render import PRELUDE, named_function, prelude_for
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
@@ -133,7 +133,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     """Compile (or find in the disk cache) one shared object with ``names``; their addresses."""
     command, version = find_compiler()
     flags = (*FLAGS, *extra_flags())
-    unit = PRELUDE + "\n" + "\n".join(functions[n] for n in names)
+    unit = prelude_for(functions[n] for n in names) + "\n" + "\n".join(functions[n] for n in names)
     key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
