@@ -312,6 +312,9 @@ def cse(graph: Graph) -> bool:
                 continue
             # From now on the first node is returned too.
             memory.now_escapes(first)
+        if node.meta.get("rounds"):
+            # A conversion the program asked for (see Builder.convert) rounds for every user.
+            first.meta["rounds"] = True
         node.replace_all_uses_with(first)
         graph.erase_node(node)
         changed = True

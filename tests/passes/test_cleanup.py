@@ -89,6 +89,22 @@ def test_cse_tells_arguments_apart(a, b):
     assert calls(g) == [operator.getitem, max, max, operator.add]
 
 
+def test_cse_keeps_the_rounding_a_program_asked_for():
+    """Two fp16 conversions of one value merge; when the second is one the program wrote
+    (x.half()), the merged node must round for every user (meta "rounds")."""
+    g = Graph()
+    x = g.placeholder("x")
+    convert = torch.ops.prims.convert_element_type.default
+    passes_own = g.call_function(convert, (x, torch.float16))
+    programs = g.call_function(convert, (x, torch.float16))
+    programs.meta["rounds"] = True
+    g.output((g.call_function(operator.add, (passes_own, programs)),))
+    assert cse(g)
+    g.lint()
+    (kept,) = [n for n in g.nodes if n.target is convert]
+    assert kept.meta.get("rounds") is True
+
+
 def test_cse_merges_nan_with_nan():
     g = Graph()
     x = g.placeholder("x")
