@@ -1214,7 +1214,8 @@ class _Renderer:
             self.lines.append(f"{ind}const int64_t xq = b, j0 = 0;")
         else:
             self.lines.append(f"{ind}const int64_t xq = b / {per}, j0 = b % {per} * {width};")
-        if isinstance(ni, int) and ni % width == 0:
+        constant = isinstance(ni, int) and ni % width == 0  # every block is full
+        if constant:
             self.lines.append(f"{ind}const int64_t jn = {width};")
         else:
             self.lines.append(f"{ind}const int64_t jn = FJ_MIN({width}, {ni} - j0);")
@@ -1241,8 +1242,7 @@ class _Renderer:
         # blocks and run-time widths keep that one select: there gcc 12 did not vectorize the
         # flag form at all (13x slower at a width of 16).
         nan_flags = {i for i in group if k.ops[i].args[0] in ("max", "min")
-                     and acc_type(i) in ("float", "double")
-                     and isinstance(ni, int) and ni % width == 0 and width >= NAN_FLAGS_WIDTH}
+                     and acc_type(i) in ("float", "double") and constant and width >= NAN_FLAGS_WIDTH}
         for i in group:
             self.lines.append(f"{ind}{acc_type(i)} A{i}[{width}];")
             if i in arg:

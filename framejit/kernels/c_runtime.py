@@ -133,7 +133,8 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     """Compile (or find in the disk cache) one shared object with ``names``; their addresses."""
     command, version = find_compiler()
     flags = (*FLAGS, *extra_flags())
-    unit = prelude_for(functions[n] for n in names) + "\n" + "\n".join(functions[n] for n in names)
+    bodies = [functions[n] for n in names]
+    unit = prelude_for(bodies) + "\n" + "\n".join(bodies)
     key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
