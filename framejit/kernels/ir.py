@@ -87,7 +87,7 @@ OUTER = "outer"
 #: Scalar operations: name -> number of operands. Every renderer implements each of them.
 UNARY = (
     "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
-    "tanh", "sigmoid", "erf", "relu", "floor", "ceil", "sign", "not", "isnan",
+    "tanh", "sigmoid", "erf", "gelu", "relu", "floor", "ceil", "sign", "not", "isnan",
 )
 BINARY = (
     "add", "sub", "mul", "truediv", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",

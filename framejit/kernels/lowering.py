@@ -36,11 +36,12 @@ _ARITHMETIC = {
     aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.reciprocal.default: "reciprocal",
     aten.sin.default: "sin", aten.cos.default: "cos", aten.tanh.default: "tanh",
     aten.sigmoid.default: "sigmoid", aten.erf.default: "erf", aten.relu.default: "relu",
+    aten.gelu.default: "gelu",
     aten.floor.default: "floor", aten.ceil.default: "ceil", aten.sign.default: "sign",
 }
 #: Ops defined only on floating point values in torch.
 _FLOAT_ONLY = {"exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
-               "tanh", "sigmoid", "erf", "truediv"}
+               "tanh", "sigmoid", "erf", "gelu", "truediv"}
 _COMPARISONS = {
     aten.eq.Tensor: "eq", aten.ne.Tensor: "ne", aten.lt.Tensor: "lt", aten.le.Tensor: "le",
     aten.gt.Tensor: "gt", aten.ge.Tensor: "ge", aten.eq.Scalar: "eq", aten.ne.Scalar: "ne",

@@ -22,7 +22,8 @@ _UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
     "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "erf": torch.erf, "relu": torch.relu, "sign": torch.sign,
+    "sigmoid": torch.sigmoid, "erf": torch.erf, "gelu": torch.nn.functional.gelu,
+    "relu": torch.relu, "sign": torch.sign,
     "not": torch.logical_not, "isnan": torch.isnan,
 }
 _BINARY = {

@@ -324,6 +324,7 @@ class _Renderer:
             "sqrt": f"tl.sqrt_rn({x})" if is_float else None,
             "rsqrt": f"1.0 / tl.sqrt_rn({x})", "reciprocal": f"1.0 / {x}",
             "sin": f"tl.sin({x})", "cos": f"tl.cos({x})", "erf": f"tl.erf({x})",
+            "gelu": f"{x} * 0.5 * (1.0 + tl.erf({x} * 0.7071067811865476))",
             "sigmoid": f"1.0 / (1.0 + tl.exp(-{x}))",
             "relu": f"tl.where({x} < 0, 0, {x})",
             "floor": f"tl.floor({x})" if is_float else x, "ceil": f"tl.ceil({x})" if is_float else x,

@@ -203,7 +203,7 @@ def _merge_into_concat(producer: FusionGroup, group: FusionGroup, cat: Node, dag
 
 #: Ops that cost far more than a load to recompute at every point of a bigger box.
 _COSTLY = frozenset({"rsqrt", "sqrt", "div", "reciprocal", "exp", "exp2", "expm1", "log", "log1p",
-                     "log2", "tanh", "erf", "sigmoid", "pow", "sin", "cos"})
+                     "log2", "tanh", "erf", "gelu", "sigmoid", "pow", "sin", "cos"})
 
 
 def _costly_to_recompute(small: FusionGroup, big: FusionGroup) -> bool:

@@ -60,6 +60,7 @@ UNARY = frozenset(
         "tanh",
         "sigmoid",
         "erf",
+        "gelu",
         "relu",
         "floor",
         "ceil",
