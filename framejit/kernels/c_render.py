@@ -157,12 +157,12 @@ FJ_SIMD_DECL(double, expm1) FJ_SIMD_DECL(double, sin) FJ_SIMD_DECL(double, cos)
 FJ_SIMD_DECL(double, tanh) FJ_SIMD_DECL(double, erf)
 #endif
 
-/* exp for float: range reduction by ln 2 and a degree-6 polynomial (Cephes), within 1 ulp of
-   glibc's expf over all floats, with exp(-inf) = 0, exp(inf) = inf, NaN kept and subnormal
+/* exp for float: range reduction by ln 2 and a degree-6 polynomial, within 0.9 ulp of the
+   exact result over all floats, with exp(-inf) = 0, exp(inf) = inf, NaN kept and subnormal
    results. Plain arithmetic, so it vectorizes; libmvec's vector expf falls back to a scalar call
    for every vector that holds a special lane (-inf from a causal mask: 20x slower). With FMA
    hardware the reduction and the polynomial use fmaf (explicit, so -ffp-contract=off keeps
-   it): a third fewer instructions (1.6x faster) and still within 1.01 ulp. */
+   it): a third fewer instructions (1.6x faster). */
 #ifdef __FMA__
 #define FJ_MULADD(a, b, c) fmaf(a, b, c)
 #else
@@ -187,6 +187,19 @@ static inline float fj_expf(float x) {
     const float k = FJ_MULADD(c, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  /* round */
     float r = FJ_MULADD(k, -0.693359375f, c);
     r = FJ_MULADD(k, 2.12194440e-4f, r);
+#ifdef __FMA__
+    /* exp(r) on |r| <= ln2/2 by our own minimax fit of degree 6 (relative error 3e-9), each
+       step one fma: within 0.89 ulp over all floats, and 11% faster than Cephes's form below,
+       which ends in an fma and an add (1.01 ulp). Without fma this one is 1.17 ulp off. */
+    float p = 1.3814596459e-03f;
+    p = FJ_MULADD(p, r, 8.3687175065e-03f);
+    p = FJ_MULADD(p, r, 4.1668388993e-02f);
+    p = FJ_MULADD(p, r, 1.6666521132e-01f);
+    p = FJ_MULADD(p, r, 4.9999994040e-01f);
+    p = FJ_MULADD(p, r, 1.0f);
+    p = FJ_MULADD(p, r, 1.0f);
+#else
+    /* Cephes: 1 + r + r^2 P(r), within 0.98 ulp with separate multiplies and adds. */
     float p = 1.9875691500e-4f;
     p = FJ_MULADD(p, r, 1.3981999507e-3f);
     p = FJ_MULADD(p, r, 8.3334519073e-3f);
@@ -194,6 +207,7 @@ static inline float fj_expf(float x) {
     p = FJ_MULADD(p, r, 1.6666665459e-1f);
     p = FJ_MULADD(p, r, 5.0000001201e-1f);
     p = FJ_MULADD(p, r * r, r) + 1.0f;
+#endif
     /* Two steps, since 2^k may be subnormal: p * 2^k1 exactly, by adding k1 to p's exponent
        field (p is in [0.7, 1.5] and -75 <= k1 <= 64), then one rounding multiply by 2^(k-k1). */
     const int32_t ki = (int32_t)k, k1 = ki >> 1;

@@ -356,8 +356,9 @@ def _ulp_error(got: torch.Tensor, x: torch.Tensor, fn) -> torch.Tensor:
 
 def test_exp_is_within_one_ulp_over_a_dense_sample_of_floats():
     # Every 4099th fp32 bit pattern (1M floats, all exponents and signs), plus the rounding
-    # boundaries of the range reduction: fj_expf (FMA when the CPU has it) stays within 1.02
-    # ulp of the exact result where it is finite, and gets NaN, inf and 0 exactly as eager.
+    # boundaries of the range reduction: fj_expf stays within 0.9 ulp of the exact result
+    # where it is finite (1 ulp on a CPU without FMA, which takes Cephes's polynomial), and
+    # gets NaN, inf and 0 exactly as eager.
     bits = torch.arange(0, 2**32, 4099, dtype=torch.int64)
     bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
     x = torch.cat([bits.view(torch.float32), torch.linspace(-104, 89, 100001)])
@@ -366,7 +367,8 @@ def test_exp_is_within_one_ulp_over_a_dense_sample_of_floats():
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.isinf(), want.isinf()) and torch.equal(got == 0, want == 0)
     finite = want.isfinite() & (want != 0) & (x > -87.3)  # normal results
-    assert _ulp_error(got[finite], x[finite], torch.exp).max() < 1.02
+    has_fma = " fma " in open("/proc/cpuinfo").read().replace("\n", " ")
+    assert _ulp_error(got[finite], x[finite], torch.exp).max() < (0.9 if has_fma else 1.0)
     subnormal = want.isfinite() & (want != 0) & (x <= -87.3)
     assert ((got[subnormal].double() - torch.exp(x[subnormal].double())).abs() <= 1.5e-45).all()
 
