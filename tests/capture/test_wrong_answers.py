@@ -728,3 +728,21 @@ def test_repeated_op_on_a_tensor_that_requires_grad_can_be_changed_in_place():
 
     x = torch.randn(3, requires_grad=True)
     torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))
+
+
+# -- results of the type eager gives ---------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [
+    lambda x: x.max(1), lambda x: torch.min(x, 0), lambda x: x.sort(1), lambda x: torch.topk(x, 2),
+    lambda x: x.median(1), lambda x: torch.aminmax(x, dim=1), lambda x: torch.frexp(x),
+    lambda x: x.cummax(1),
+])
+def test_an_op_s_named_result_keeps_its_type(op, stats):
+    """``x.max(1)`` returned from a compiled function is a ``torch.return_types.max`` as in
+    eager (it was a plain tuple): callers read ``.values`` and ``.indices``."""
+    x = torch.randn(4, 5)
+    want, got = op(x), framejit.compile(op, fullgraph=True)(x)
+    assert type(got) is type(want)
+    for name in type(want).__match_args__:
+        torch.testing.assert_close(getattr(got, name), getattr(want, name))
+    assert stats.graphs == 1

@@ -402,10 +402,14 @@ def wrap_op_result(tx, node, result, device) -> Value:
                 items.append(wrap_op_result(tx, item, r, device))
             else:
                 items.append(const(r))
-        fields = getattr(type(result), "_fields", None) or getattr(type(result), "__match_args__", None)
+        kind = type(result)
+        fields = getattr(kind, "_fields", None) or getattr(kind, "__match_args__", None)
         if isinstance(result, list):
             return ListValue(items)
-        return TupleValue(items, names=tuple(fields) if fields else None)
+        # ``x.max(1)`` gives a torch.return_types.max, and so must the compiled function: its
+        # caller may read ``.values`` or check the type.
+        named = hasattr(kind, "n_sequence_fields") or hasattr(kind, "_fields")
+        return TupleValue(items, cls=kind if named else None, names=tuple(fields) if fields else None)
     if result is None or isinstance(result, (torch.dtype, torch.Size)) \
             or (isinstance(result, (bool, int, float, torch.SymInt, torch.SymBool))
                 and _name_of(node.target) in _METADATA_QUERIES):
