@@ -517,6 +517,9 @@ class _Renderer:
         # the loop nest that runs rows up to that long (see dynamic_rows); None otherwise.
         self.row_cap: int | None = None
         self.buffers_declared = False
+        # Row-buffered ops kept in an output's own row instead (op -> output name): a static row
+        # too long for the stack, as eager's and Inductor's softmax keep exp in their output.
+        self.scratch: dict[int, str] = {}
 
     def _row_invariant(self) -> set[int]:
         """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
@@ -787,14 +790,19 @@ class _Renderer:
                 stack.extend(a for a in op.args if is_operand(a))
         return sorted(need)
 
-    def plan_row_buffers(self, loops: list[list[int]]) -> list[tuple[set[int], list[int]]]:
+    def plan_row_buffers(self, loops: list[list[int]],
+                         split: bool | str = False) -> list[tuple[set[int], list[int]]]:
         """For each loop over one row (the roots it needs, in order): the ops it reads from a
         row buffer and the ops it stores to one. A value computed by an earlier loop is kept
-        when recomputing it would take a costly op or two loads or more."""
+        when recomputing it would take a costly op or two loads or more: in a local array for
+        a short static row (or a run-time one in :attr:`row_cap`'s copy of the nest), else in
+        an output's row (see :meth:`output_scratch`), which also serves a row cut in parts
+        (``split``)."""
         k = self.k
         plain = [(set(), []) for _ in loops]
+        self.scratch = {}
         length = self.rnumel if isinstance(self.rnumel, int) else self.row_cap
-        if self.block is not None or length is None or not 0 < length <= ROW_BUFFER or len(loops) < 2:
+        if self.block is not None or len(loops) < 2 or (isinstance(self.rnumel, int) and self.rnumel <= 0):
             return plain
         buffered: set[int] = set()
         first: dict[int, int] = {}
@@ -814,19 +822,50 @@ class _Renderer:
             bodies.append(body)
         used = {i for j, body in enumerate(bodies) for i in body
                 if i in buffered and first[i] < j}
-        # At most ROW_BUFFER_BYTES of stack per row (OpenMP threads have small stacks); a bool
-        # is kept as an int (see local_type).
+        # At most ROW_BUFFER elements and ROW_BUFFER_BYTES of stack per row (OpenMP threads
+        # have small stacks); a bool is kept as an int (see local_type). A longer row keeps one
+        # value in an output row the last loop writes (see output_scratch).
         row_bytes = sum(4 if k.ops[i].dtype == torch.bool else k.ops[i].dtype.itemsize for i in used)
-        if not used or length * row_bytes > ROW_BUFFER_BYTES:
+        if not used:
             return plain
+        if split or length is None or length > ROW_BUFFER or length * row_bytes > ROW_BUFFER_BYTES:
+            out = self.output_scratch(used, bodies[-1])
+            if out is None:
+                return plain
+            self.scratch = {next(iter(used)): out}
         return [({i for i in body if i in used and first[i] < j},
                  [i for i in body if i in used and first[i] == j])
                 for j, body in enumerate(bodies)]
 
+    def output_scratch(self, used: set[int], last: list[int]) -> str | None:
+        """The output whose row can hold the one buffered value of a row that has no row buffer
+        (too long, cut in parts, or of a run-time length), or None: an output of the value's
+        dtype that the last loop stores at every point of the row (one row dimension, not
+        broadcast along it), where each later loop reads it back at the index it will write.
+        A row cut in parts works too: each loop over the parts ends in a barrier before the
+        next reads them. Not with concatenations. launch.donate_dead_inputs passes such a
+        kernel no input as that output (a later loop may still read the input)."""
+        k = self.k
+        if len(used) != 1 or len(self.rdims) != 1 or k.span_dims:
+            return None
+        (i,) = used
+        for j in last:
+            op = k.ops[j]
+            if op.kind != "store" or op.level != FULL:
+                continue
+            b = k.buffer(op.args[0])
+            if b.dtype == k.ops[i].dtype and b.dtype.is_floating_point and b.strides[self.rdims[0]] != 0:
+                return b.name
+        return None
+
     def declare_row_buffers(self, plan, indent: str) -> None:
         length = self.rnumel if isinstance(self.rnumel, int) else self.row_cap
+        for i, name in self.scratch.items():
+            self.lines.append(f"{indent}/* {name}'s row holds t{i} until the last loop (fj_scratch) */")
         for _, fill in plan:
             for i in fill:
+                if i in self.scratch:
+                    continue
                 self.buffers_declared = True
                 self.lines.append(f"{indent}{local_type(self.k.ops[i].dtype)} b{i}[{length}] "
                                   f"__attribute__((aligned(64)));")
@@ -835,7 +874,9 @@ class _Renderer:
         for i in indices:
             op = self.k.ops[i]
             if i in self.avail:
-                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = b{i}[r];")
+                at = (f"{self.scratch[i]}[{self.offset(self.scratch[i], FULL)}]" if i in self.scratch
+                      else f"b{i}[r]")
+                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {at};")
                 continue
             if op.kind == "store":
                 self.store(op, indent)
@@ -944,7 +985,8 @@ class _Renderer:
         self.define_dims(self.rdims, "r", "r", inner)
         self.emit(body, inner)
         for i in self.fill:
-            self.lines.append(f"{inner}b{i}[r] = t{i};")
+            at = f"{self.scratch[i]}[{self.offset(self.scratch[i], FULL)}]" if i in self.scratch else f"b{i}[r]"
+            self.lines.append(f"{inner}{at} = t{i};")
         for i in group:
             kind, src = k.ops[i].args
             v = f"t{src}"
@@ -1170,7 +1212,7 @@ class _Renderer:
         groups = self.reduce_groups()
         stores = [j for j, op in enumerate(k.ops) if op.kind == "store" and op.level == FULL]
         loops = [[k.ops[i].args[1] for i in group] for group in groups] + ([stores] if stores else [])
-        plan = self.plan_row_buffers(loops) if not split else [(set(), [])] * len(loops)
+        plan = self.plan_row_buffers(loops, split)
         self.declare_row_buffers(plan, indent)
         for group, (avail, fill) in zip(groups, plan):
             first = group[0]
@@ -1523,7 +1565,7 @@ class _Renderer:
         # with row buffers (a softmax's exp once, not twice: 1.6x faster), if it has any. Such
         # rows are never cut in parts (that takes PARALLEL_MIN).
         capped = None
-        if isinstance(r, Sym) and self.block is None:
+        if isinstance(r, Sym) and self.block is None and not self.scratch:
             whole, self.lines = self.lines, []
             self.row_cap, self.buffers_declared = ROW_BUFFER, False
             self.lines.append(f"static __attribute__((noinline, noclone)) void {rows}_b(char **bufs, "

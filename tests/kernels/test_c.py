@@ -320,10 +320,11 @@ def test_the_triton_source_of_a_kernel_does_not_depend_on_its_graph_unique_name(
 
 
 @pytest.mark.parametrize("n", [96, c_render.ROW_BUFFER + 8])
-def test_short_rows_keep_costly_values_in_a_row_buffer(threads, n):
-    # A softmax's exp is computed once per element and kept for the division (a row buffer),
-    # and a layer norm's sum of inputs once for its three loops, when the row is short; a long
-    # row recomputes them. NaN, -inf and +inf rows come out as eager's either way.
+def test_rows_keep_costly_values_in_a_row_buffer_or_their_output_row(threads, n):
+    # A softmax's exp is computed once per element and kept for the division, and a layer
+    # norm's sum of inputs once for its three loops: in a local array (a row buffer) when the
+    # row is short, in the output's own row when it is long (as eager's softmax keeps exp).
+    # NaN, -inf and +inf rows come out as eager's either way.
     x = torch.randn(6, n)
     x[1, 3] = float("nan")
     x[2, :] = float("-inf")
@@ -334,7 +335,8 @@ def test_short_rows_keep_costly_values_in_a_row_buffer(threads, n):
     (launcher,) = backend.kernels
     short = n <= c_render.ROW_BUFFER
     assert (f"[{n}] __attribute__((aligned(64)))" in launcher.source) == short, launcher.source
-    assert launcher.source.count("fj_expf(") == (1 if short else 2), launcher.source
+    assert ("(fj_scratch)" in launcher.source) == (not short), launcher.source
+    assert launcher.source.count("fj_expf(") == 1, launcher.source
 
     b, r, w, bias = torch.randn(n), torch.randn(6, n), torch.randn(n), torch.randn(n)
     y = torch.randn(6, n)
@@ -342,8 +344,46 @@ def test_short_rows_keep_costly_values_in_a_row_buffer(threads, n):
                                y, b, r, w, bias)
     assert_close_to_eager(got, torch.nn.functional.layer_norm(y + b + r, (n,), w, bias))
     (launcher,) = backend.kernels
-    # Loads of the three inputs: once (then the buffer) for a short row, in every loop otherwise.
-    assert launcher.source.count("in2[") == (1 if short else 3), launcher.source
+    # Loads of the three inputs: once, then the buffer or the output row.
+    assert launcher.source.count("in2[") == 1, launcher.source
+
+
+def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
+    # An fp16 softmax's exp is fp32, which an fp16 output row cannot hold: a long row
+    # computes it twice (the same results).
+    n = c_render.ROW_BUFFER + 8
+    x = torch.randn(3, n).half()
+    got, backend = run_kernels(lambda x: P.convert_element_type.default(
+        softmax(P.convert_element_type.default(x, torch.float32)), torch.float16), x)
+    assert_close_to_eager(got, torch.softmax(x.float(), -1).half())
+    (launcher,) = backend.kernels
+    assert "(fj_scratch)" not in launcher.source
+    assert launcher.source.count("fj_expf(") == 2, launcher.source
+
+
+def test_a_row_cut_in_parts_keeps_exp_in_its_output_row(threads):
+    # One long row, cut in parts shared by the threads: each part's exp goes to the output
+    # row and is read back after the barrier that ends the sum.
+    x = torch.randn(1, 100003) * 4
+    x[0, 7] = float("-inf")
+    got, backend = run_kernels(lambda x: softmax(x), x)
+    assert_close_to_eager(got, torch.softmax(x, -1))
+    (launcher,) = backend.kernels
+    assert "(fj_scratch)" in launcher.source and launcher.source.count("fj_expf(") == 1
+    x[0, 11] = float("nan")
+    got, _ = run_kernels(lambda x: softmax(x), x)
+    assert got.isnan().all()
+
+
+def test_an_output_row_used_as_scratch_is_never_a_dead_input(threads):
+    # Without grad a kernel may write its output over a dead input of its layout; not one that
+    # keeps a value in its output row, since a later loop could read the input again.
+    a, w = torch.randn(4, 64), torch.randn(64, c_render.ROW_BUFFER + 8)
+    with torch.no_grad():
+        got, backend = run_kernels(lambda a, w: softmax(A.mm.default(a, w)), a, w)
+    assert_close_to_eager(got, torch.softmax(a @ w, -1))
+    (launcher,) = backend.kernels
+    assert "(fj_scratch)" in launcher.source and not launcher.donated
 
 
 def _ulp_error(got: torch.Tensor, x: torch.Tensor, fn) -> torch.Tensor:
@@ -431,11 +471,16 @@ def test_kernels_write_over_dead_matmul_results_without_grad(threads):
 
 
 def test_row_buffers_stay_within_their_stack_budget(monkeypatch):
-    # Past ROW_BUFFER_BYTES of buffers per row the kernel recomputes instead (same results).
+    # Past ROW_BUFFER_BYTES of buffers per row the kernel keeps the value in its output row,
+    # or recomputes it where the output cannot hold it (same results).
     monkeypatch.setattr(c_render, "ROW_BUFFER_BYTES", 4 * 64)
     x = torch.randn(3, 96)
     got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
     assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
     (launcher,) = backend.kernels
     assert "__attribute__((aligned(64)))" not in launcher.source
-    assert launcher.source.count("fj_expf(") == 2
+    assert "(fj_scratch)" in launcher.source and launcher.source.count("fj_expf(") == 1
+    got, backend = run_kernels(lambda x: (softmax(x), A.exp.default(x)), x)
+    assert_close_to_eager(got, (torch.softmax(x, -1), x.exp()))
+    (launcher,) = backend.kernels
+    assert "__attribute__((aligned(64)))" not in launcher.source

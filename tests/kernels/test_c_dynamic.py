@@ -118,11 +118,26 @@ def test_softmax_over_a_dynamic_last_dim(threads, thresholds):
     assert f"if (ks0 == 1 && ks1 >= {thresholds}) {{" in launcher.source
     assert f"}} else if (nthreads > 1 && (ks0*ks1) >= {thresholds}) {{" in launcher.source
     assert launcher.source.count("#pragma omp parallel num_threads(nthreads)") == 2
-    # The loop nest is rendered in the function over a range of rows all three call (gcc then
-    # vectorizes each loop once), and once more for rows of at most ROW_BUFFER, which keeps
-    # each exp in a row buffer: rows in parallel and plain rows take it when theirs fit.
-    assert launcher.source.count("#pragma omp simd") == 6
+    # The loop nest is rendered once, in the function over a range of rows all three call
+    # (gcc then vectorizes each loop once); each exp is kept in the output row, whatever the
+    # row's length and whether it is cut in parts.
+    assert launcher.source.count("#pragma omp simd") == 3
     assert launcher.source.count(f"{launcher.cname}_rows(bufs, sizes,") == 4
+    assert "(fj_scratch)" in launcher.source and launcher.source.count("fj_expf(") == 1
+    assert "_rows_b(" not in launcher.source
+
+
+def test_fp16_softmax_over_a_dynamic_last_dim_keeps_short_rows_exp(threads, thresholds):
+    """An fp16 output row cannot hold the fp32 exp: a second copy of the nest, for rows of at
+    most ROW_BUFFER, keeps it in a row buffer; longer rows compute it twice."""
+    def fn(x):
+        return P.convert_element_type.default(softmax(P.convert_element_type.default(x, torch.float32)),
+                                              torch.float16)
+
+    boxes = [(1, 1), (3, 7), (40, 1000), (1, 40000), (3, 12289)]
+    launcher = run_sizes(fn, (torch.randn(4, 6).half(),), [0, 1], boxes,
+                         lambda box: ((torch.randn(box) * 3).half(),))
+    assert launcher.source.count("#pragma omp simd") == 6
     assert launcher.source.count(f"if (ks1 <= {c_render.ROW_BUFFER}) {launcher.cname}_rows_b(bufs, sizes,") == 2
     generic, capped = launcher.source.split(f"void {launcher.cname}_rows_b(")
     assert generic.count("fj_expf(") == 2 and capped.count("fj_expf(") == 1
@@ -133,12 +148,14 @@ def test_softmax_over_dynamic_rows_of_a_static_length_keeps_its_row_buffer(threa
     """Only the number of rows is a run-time size (a batch that changed): the row is as short
     as in the static kernel, so its exp is computed once and kept, with the same bits. With
     tiny thresholds the row is long enough to be cut in parts when it is the only one (its
-    parts' numbers are constants: that kernel did not compile before)."""
+    parts' numbers are constants: that kernel did not compile before), and keeps its exp in
+    the output row."""
     launcher = run_sizes(softmax, (torch.randn(4, 96),), [0], [(1, 96), (7, 96), (900, 96)],
                          lambda box: (torch.randn(box) * 3,), twins=[(7, 96), (900, 96)])
-    cut = 96 >= thresholds
+    cut = 96 >= thresholds  # then the exp is kept in the output row (see test_c.py)
     assert ("[96] __attribute__((aligned(64)))" in launcher.source) == (not cut)
-    assert launcher.source.count("fj_expf(") == (2 if cut else 1)
+    assert ("(fj_scratch)" in launcher.source) == cut
+    assert launcher.source.count("fj_expf(") == 1
     assert ("const int64_t fj_per = " in launcher.source) == cut
     assert "_rows_b(" not in launcher.source
 
@@ -256,9 +273,8 @@ def test_a_static_kernel_reads_no_sizes_and_a_dynamic_one_reads_each_once_per_fu
     source = CLauncher(static.kernel, static.outputs, "cpu", static.seed_index).source
     assert "sizes[" not in source and "ks0" not in source
     assert "const int64_t *sizes) {" in source.splitlines()[0]
-    # Once in the kernel (its choice of a way to run) and once in each function over rows
-    # (the second keeps row buffers for rows of at most ROW_BUFFER).
-    assert launcher.source.count("sizes[") == 6
+    # Once in the kernel (its choice of a way to run) and once in its function over rows.
+    assert launcher.source.count("sizes[") == 4
     assert "const int64_t ks0 = sizes[0];" in launcher.source
     assert "const int64_t ks1 = sizes[1];" in launcher.source
 
