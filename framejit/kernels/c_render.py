@@ -854,7 +854,9 @@ class _Renderer:
             if op.kind != "store" or op.level != FULL:
                 continue
             b = k.buffer(op.args[0])
-            if b.dtype == k.ops[i].dtype and b.dtype.is_floating_point and b.strides[self.rdims[0]] != 0:
+            # Not broadcast along any dimension: rows of other threads never share memory.
+            dense = all(stride != 0 for stride, size in zip(b.strides, self.sizes) if size != 1)
+            if b.dtype == k.ops[i].dtype and b.dtype.is_floating_point and dense:
                 return b.name
         return None
 
