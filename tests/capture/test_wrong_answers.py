@@ -728,3 +728,27 @@ def test_repeated_op_on_a_tensor_that_requires_grad_can_be_changed_in_place():
 
     x = torch.randn(3, requires_grad=True)
     torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))
+
+
+def _divide_in_try_then_write(i, a, op):
+    try:
+        op(i, i * 0)  # integers: raises (ZeroDivisionError) whatever the example values were
+    except RuntimeError:
+        pass
+    a[-1] = 2.5
+    return a
+
+
+@pytest.mark.parametrize("op", [
+    lambda i, j: i // j, lambda i, j: i % j, torch.floor_divide, torch.remainder, torch.fmod,
+    lambda i, j: torch.div(i, j, rounding_mode="trunc"), lambda i, j: i.clone().floor_divide_(j),
+], ids=["floordiv", "mod", "floor_divide", "remainder", "fmod", "div_trunc", "floor_divide_"])
+def test_integer_division_by_zero_in_try_with_an_in_place_write(op, stats):
+    """An integer division's error depends on the divisor's values: the graph that writes ``a``
+    in place must save it, so that the plain-Python rerun after the error starts from the
+    inputs eager had and the user's ``except`` catches the error (fuzzer program 1010000029)."""
+    compiled = framejit.compile(lambda i, a: _divide_in_try_then_write(i, a, op))
+    for _ in range(2):
+        i = torch.arange(6).reshape(2, 3)
+        expected = _divide_in_try_then_write(i, torch.zeros(2, 3), op)
+        assert torch.equal(compiled(i, torch.zeros(2, 3)), expected)
