@@ -550,16 +550,17 @@ class _Lowering:
             return self.emit(name, ops, c, level)
         if target in _COMPARISONS:
             vals = [_val(a) for a in args]
-            common = compute_dtype(torch.result_type(*vals))
-            ops = [self.operand(a, common, level) for a in args]
+            semantic = torch.result_type(*vals)
+            common = compute_dtype(semantic)
+            ops = [self.operand(_number_in(a, semantic), common, level) for a in args]
             return self.emit(_COMPARISONS[target], ops, torch.bool, level)
         if target in _LOGICAL:
             ops = [self.operand(a, torch.bool, level) for a in args]
             return self.emit(_LOGICAL[target], ops, torch.bool, level)
         if target in _WHERE:
             cond = self.operand(args[0], torch.bool, level)
-            a = self.operand(args[1], c, level)
-            b = self.operand(args[2], c, level)
+            a = self.operand(_number_in(args[1], out.dtype), c, level)
+            b = self.operand(_number_in(args[2], out.dtype), c, level)
             return self.emit("where", (cond, a, b), c, level)
         if target is aten.clamp.default:
             lo = args[1] if len(args) > 1 else node.kwargs.get("min")
@@ -567,10 +568,10 @@ class _Lowering:
             x = self.operand(args[0], c, level)
             # NaN stays NaN: the comparisons are false for it.
             if lo is not None:
-                bound = self.operand(lo, c, level)
+                bound = self.operand(_number_in(lo, out.dtype), c, level)
                 x = self.emit("where", (self.emit("lt", (x, bound), torch.bool, level), bound, x), c, level)
             if hi is not None:
-                bound = self.operand(hi, c, level)
+                bound = self.operand(_number_in(hi, out.dtype), c, level)
                 x = self.emit("where", (self.emit("gt", (x, bound), torch.bool, level), bound, x), c, level)
             return x
         if target is aten.pow.Tensor_Scalar:
@@ -642,6 +643,16 @@ def _rounds(source: torch.dtype, target: torch.dtype) -> bool:
 
 def _hint_one(e) -> bool:
     return isinstance(e, int) and e == 1 or getattr(e, "is_Integer", False) and int(e) == 1
+
+
+def _number_in(a: Any, dtype: torch.dtype) -> Any:
+    """A Python number compared with or selected into fp16/bf16 values, as eager has it: in that
+    dtype (``x >= 0.1`` holds for ``x = half(0.1)``; ``where(m, x, 0.1)`` holds ``half(0.1)``,
+    and stays so where the kernel reads it in fp32). Eager's CPU add, sub and remainder round a
+    number too, but mul and div do not; those results are rounded only on store anyway."""
+    if type(a) in (int, float) and dtype in (torch.float16, torch.bfloat16):
+        return torch.tensor(a, dtype=dtype).item()
+    return a
 
 
 def _convert_number(value: Any, dtype: torch.dtype) -> Any:
