@@ -9,6 +9,8 @@ first two calls and the third):
 - ``lst``: a list of float32 (B,) tensors, never shorter than 1 (the generator guards its pops)
 - ``d``: ``{'a': (A, B) tensor, 'n': int}``
 - ``obj``: a ``Box`` with ``t`` (A, B), ``n`` (int), ``log`` (list of str)
+- other dtypes: ``d['i']`` int64 (A, B), ``d['q']`` int8 (B,), ``d['b']`` bfloat16 (B,),
+  ``obj.h`` float16 (A, B), ``obj.u`` uint8 (A, B), ``obj.i`` int32 (B,)
 """
 
 from __future__ import annotations
@@ -102,6 +104,12 @@ def make_inputs(variant):
     lst = [torch.randn(B, generator=g) for _ in range(L)]
     d = {{'a': torch.randn(A, B, generator=g), 'n': 2}}
     obj = Box(torch.randn(A, B, generator=g), 2)
+    d['i'] = torch.randint(-8, 9, (A, B), generator=g)
+    d['q'] = torch.randint(-128, 128, (B,), generator=g, dtype=torch.int8)
+    d['b'] = torch.randn(B, generator=g).bfloat16()
+    obj.h = (torch.randn(A, B, generator=g) * 2).half()
+    obj.u = torch.randint(0, 256, (A, B), generator=g, dtype=torch.uint8)
+    obj.i = torch.randint(-50, 50, (B,), generator=g, dtype=torch.int32)
     return x, y, lst, d, obj"""
 
 
