@@ -131,6 +131,23 @@ def test_casts_between_dtypes(device):
     check(f, x, kernels=1)
 
 
+@pytest.mark.parametrize("form", ["store", "sum"])
+def test_bf16_results_round_to_nearest_even_on_store(form, device):
+    # Triton's interpreter truncates .to(tl.bfloat16): a stored bf16 result 1.01171875 became
+    # 1.0078125 (eager 1.015625), and a sum of bf16 values whose fp32 total is a tie lost its
+    # even rounding (fuzzer program 1040000131).
+    x = torch.tensor([1.01171875, 11.09375, 11.03125, -1.01171875, 3.0e38, float("inf"),
+                      float("nan"), 1.0 + 2**-8], device=device)
+    b = torch.randn(5, 7, device=device).bfloat16()
+    b[0, :2] = torch.tensor([11.0625, 0.03125])
+    fns = {"store": (lambda x: (x * -1).neg().to(torch.bfloat16), x),
+           "sum": (lambda b: b.sum(-1), b)}
+    fn, arg = fns[form]
+    got, backend = run_kernels(fn, arg)
+    assert len(backend.kernels) == 1
+    assert torch.equal(got.float().nan_to_num(), fn(arg).float().nan_to_num())
+
+
 def test_integer_arithmetic(device):
     a = torch.randint(-1000, 1000, (7, 9), device=device)
     b = torch.randint(1, 50, (9,), device=device, dtype=torch.int32)
