@@ -420,6 +420,19 @@ class _Lowering:
             return self.cast(index, dtype)
         return self.emit("const", (_convert_number(a, dtype),), dtype, level)
 
+    def operand_in(self, a: Any, dtype: torch.dtype, level: str) -> int:
+        """``a`` as an operand of an op that eager computes in ``dtype`` and that compares or
+        selects its operands (comparisons, where, clamp, maximum): a value that fp16/bf16
+        cannot hold exactly (a number, a 0-dim fp32 tensor) is rounded to ``dtype`` first, as
+        eager converts it. Arithmetic takes ``operand``: its result is rounded only on store."""
+        c = compute_dtype(dtype)
+        if not isinstance(a, Node):
+            return self.operand(_number_in(a, dtype), c, level)
+        index = self.operand(a, c, level)
+        if _rounds(_val(a).dtype, dtype):
+            index = self.emit("round", (index, dtype), c, level)
+        return index
+
     def load(self, node: Node, level: str) -> int:
         key = (node, level, self.spans)
         if key in self.loads:
@@ -546,21 +559,22 @@ class _Lowering:
         c = compute_dtype(out.dtype)
         if target in _ARITHMETIC:
             name = _ARITHMETIC[target]
-            ops = [self.operand(a, c, level) for a in args]
+            if name in ("maximum", "minimum"):
+                ops = [self.operand_in(a, out.dtype, level) for a in args]
+            else:
+                ops = [self.operand(a, c, level) for a in args]
             return self.emit(name, ops, c, level)
         if target in _COMPARISONS:
-            vals = [_val(a) for a in args]
-            semantic = torch.result_type(*vals)
-            common = compute_dtype(semantic)
-            ops = [self.operand(_number_in(a, semantic), common, level) for a in args]
+            semantic = torch.result_type(*[_val(a) for a in args])
+            ops = [self.operand_in(a, semantic, level) for a in args]
             return self.emit(_COMPARISONS[target], ops, torch.bool, level)
         if target in _LOGICAL:
             ops = [self.operand(a, torch.bool, level) for a in args]
             return self.emit(_LOGICAL[target], ops, torch.bool, level)
         if target in _WHERE:
             cond = self.operand(args[0], torch.bool, level)
-            a = self.operand(_number_in(args[1], out.dtype), c, level)
-            b = self.operand(_number_in(args[2], out.dtype), c, level)
+            a = self.operand_in(args[1], out.dtype, level)
+            b = self.operand_in(args[2], out.dtype, level)
             return self.emit("where", (cond, a, b), c, level)
         if target is aten.clamp.default:
             lo = args[1] if len(args) > 1 else node.kwargs.get("min")
@@ -568,10 +582,10 @@ class _Lowering:
             x = self.operand(args[0], c, level)
             # NaN stays NaN: the comparisons are false for it.
             if lo is not None:
-                bound = self.operand(_number_in(lo, out.dtype), c, level)
+                bound = self.operand_in(lo, out.dtype, level)
                 x = self.emit("where", (self.emit("lt", (x, bound), torch.bool, level), bound, x), c, level)
             if hi is not None:
-                bound = self.operand(_number_in(hi, out.dtype), c, level)
+                bound = self.operand_in(hi, out.dtype, level)
                 x = self.emit("where", (self.emit("gt", (x, bound), torch.bool, level), bound, x), c, level)
             return x
         if target is aten.pow.Tensor_Scalar:
