@@ -305,6 +305,9 @@ class _Renderer:
         if k == "cast":
             if op.dtype == torch.bool:
                 return f"{a[0]} != 0"
+            if op.dtype == torch.uint8 and self.k.ops[op.args[0]].dtype.is_floating_point:
+                # Through int64, as c10 converts (-100.0 -> 156); a GPU's cvt to u8 saturates.
+                return f"{a[0]}.to(tl.int64).to({dt})"
             return f"{a[0]}.to({dt})"
         if k == "round":
             x = a[0]

@@ -131,6 +131,22 @@ def test_casts_between_dtypes(device):
     check(f, x, kernels=1)
 
 
+@pytest.mark.parametrize("source", [torch.float32, torch.float16, torch.float64])
+def test_negative_floats_to_uint8_wrap_through_int64_as_in_eager(source, device):
+    # c10 converts a float to uint8 through int64 (-100.0 -> 156): a C cast straight to
+    # uint8_t is undefined for negatives, and gcc's vector loop gave 0 (Triton on a GPU
+    # saturates too). Fuzzer program 202611230001323.
+    x = torch.linspace(-150, 300, 64, device=device).to(source)
+
+    def f(x):
+        return x.clamp(-100, 200).to(torch.uint8), (x * 2).byte()
+
+    got, backend = run_kernels(f, x)
+    assert len(backend.kernels) == 1
+    for g, e in zip(got, f(x)):
+        assert torch.equal(g, e)
+
+
 @pytest.mark.parametrize("form", ["store", "sum"])
 def test_bf16_results_round_to_nearest_even_on_store(form, device):
     # Triton's interpreter truncates .to(tl.bfloat16): a stored bf16 result 1.01171875 became
