@@ -214,8 +214,8 @@ class Generator(Expressions):
             return Line(f"{self.pick(s.ints)} += {self.int_expr(s)}")
         if self.chance(0.25):
             name = self.fresh("f")
-            s.floats.append(name)
             a, ta = self.exact_expr(s)
+            s.floats.append(name)  # after: `f7 = (x * f7).mean().item()` reads it unbound
             if not ta.floating:  # an integer's item() is an int: the name must hold a float
                 return Line(f"{name} = float({a}.{self.pick(['sum', 'amax'])}().item())")
             return Line(f"{name} = {a}.{self.pick(['sum', 'mean', 'amax'])}().item()")
@@ -378,7 +378,9 @@ class Generator(Expressions):
         a = self.exact_expr(s)[0]
         return Line(self.pick([
             f"print('p', {self.int_expr(s)}, tuple({a}.shape))",
-            f"print('v', round({a}.sum().item(), 2))",
+            # Four significant digits: a float32 sum may end differently (README: fp32 sums add
+            # in fp64), and round(..., 2) of a large value prints every digit.
+            f"print('v', format({a}.sum().item(), '.4g'))",
             "print('lens', len(lst), len(d), len(obj.log))",
             f"print(f\"n={{{self.int_expr(s)}}}\")",
         ]))
@@ -416,16 +418,23 @@ class Generator(Expressions):
                         f"    return {cnt}\n{fn}()\n{fn}()")
         n = self.int_expr(s)
         b, tb = self.tensor_expr(s, 1)
-        ty = infer("({1} * 2 + {0})", [(a, ta), (b, tb)], rounds=True)
+        ty = self.closure_type((a, ta), (b, tb))
         if ty is None:
-            b, ty = a, infer("({0} * 2 + {0})", [(a, ta)], rounds=True)
+            b, tb = a, ta
+            ty = self.closure_type((a, ta), (b, tb))
         if ty is None:  # a value the chain of fp16 ops cannot take further
-            b, ty = "x", s.tensors["x"]
-            a = "x"
+            a, b, ty = "x", "x", s.tensors["x"]
         s.tensors[out] = ty
         if self.chance(0.5):
             return Line(f"{fn} = lambda u: u * {n} + {a}\n{out} = {fn}({b})")
         return Line(f"def {fn}(u):\n    return u * {n} + {a}\n{out} = {fn}({b})")
+
+    @staticmethod
+    def closure_type(a, b):
+        """The type of ``u * n + a`` for ``u = b``, an op at a time: ``u * n`` is rounded in
+        eager when ``b`` is fp16, also where ``a`` then promotes it to float32."""
+        scaled = infer("({0} * 2)", [b], rounds=True)
+        return scaled and infer("({0} + {1})", [("u * n", scaled), a], rounds=True)
 
     def raise_stmt(self, s, depth, loop):
         return Block(header=f"if {self.cond(s)}:",
@@ -598,13 +607,15 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
     # the call after the one that makes sizes dynamic runs the dynamic graph at new sizes.
     extra = random.Random(seed * 7 + 3)
     while len(sizes) < 3:
-        a, b = extra.randint(2, 7), extra.randint(2, 7)
+        # Rows up to 40 wide reach the kernels' vector loops as well as their tails.
+        a, b = extra.randint(2, 7), extra.randint(2, 7) if extra.random() < 0.6 else extra.randint(8, 40)
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, sizes[1][2]))
+    special = extra.random() < 0.3  # inputs holding NaN, inf, zeros and the integers' extremes
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
     gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
-    nodes = prelude_nodes(sizes, seed % 100_000) + [f]
+    nodes = prelude_nodes(sizes, seed % 100_000, special) + [f]
     return Program(_flatten(nodes), origin=str(seed))

@@ -110,7 +110,8 @@ def infer(template: str, operands: list, *, rounds: bool, discrete: bool = False
 
 def guard_int(code: str, source: Ty, target: torch.dtype) -> str:
     """``code`` made safe to convert to the integer ``target``: a float outside the target's
-    range (or NaN) converts as the C compiler pleases, in eager as in a kernel."""
+    range (or NaN) converts as the C compiler pleases, in eager as in a kernel. Negative floats
+    to uint8 are defined (c10 goes through int64: -100.0 -> 156) and kept."""
     if source.floating and not target.is_floating_point:
-        return f"{code}.nan_to_num().clamp(-100, 200)"
+        return f"{code}.nan_to_num().clamp(-100, {200 if target == torch.uint8 else 100})"
     return code
