@@ -670,8 +670,13 @@ def _number_in(a: Any, dtype: torch.dtype) -> Any:
 
 
 def _convert_number(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` as a constant of ``dtype``; an integer wraps into the dtype's range as eager
+    converts it (``u != -1`` compares a uint8 with 255, ``q == 300`` an int8 with 44), so
+    that no renderer sees a literal its type cannot hold."""
     if dtype == torch.bool:
         return bool(value)
     if dtype.is_floating_point:
         return float(value)
-    return int(value)
+    info = torch.iinfo(dtype)
+    span = info.max - info.min + 1
+    return (int(value) - info.min) % span + info.min

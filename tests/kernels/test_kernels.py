@@ -131,6 +131,27 @@ def test_casts_between_dtypes(device):
     check(f, x, kernels=1)
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_numbers_out_of_a_small_integer_range_wrap_as_in_eager(reference, device):
+    # Eager converts a Python int to the op's dtype, wrapping: u != -1 compares with 255 and
+    # q == 300 with 44. Triton's interpreter refused the literal -1 as uint8 (OverflowError;
+    # fuzzer program 1130000212).
+    u = torch.tensor([0, 1, 255, 7], dtype=torch.uint8, device=device)
+    q = torch.tensor([0, 44, 127, -128], dtype=torch.int8, device=device)
+
+    def f(u, q):
+        return (u != -1) & (q != 300), torch.where(u > 0, u, -1), (u > -1) | (q < -200)
+
+    got, backend = run_kernels(f, u, q, reference=reference)
+    assert len(backend.kernels) == 1
+    for g, e in zip(got, f(u, q)):
+        assert torch.equal(g, e)
+    for op in backend.kernels[0].kernel.ops:
+        if op.kind == "const" and op.dtype in (torch.uint8, torch.int8):
+            info = torch.iinfo(op.dtype)
+            assert info.min <= op.args[0] <= info.max, op
+
+
 @pytest.mark.parametrize("source", [torch.float32, torch.float16, torch.float64])
 def test_negative_floats_to_uint8_wrap_through_int64_as_in_eager(source, device):
     # c10 converts a float to uint8 through int64 (-100.0 -> 156): a C cast straight to
