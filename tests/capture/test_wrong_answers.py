@@ -752,3 +752,43 @@ def test_integer_division_by_zero_in_try_with_an_in_place_write(op, stats):
         i = torch.arange(6).reshape(2, 3)
         expected = _divide_in_try_then_write(i, torch.zeros(2, 3), op)
         assert torch.equal(compiled(i, torch.zeros(2, 3)), expected)
+
+
+def _break_in_no_grad_then_failing_try(i, idx):
+    with torch.no_grad():
+        print("in the block")  # a graph break inside a grad-mode block: a resume function
+    try:
+        i // (i * 0) if idx is None else i[idx]
+    except (RuntimeError, IndexError):
+        pass
+    return i + 1, torch.is_grad_enabled()
+
+
+def _failing_try_in_enable_grad_with_break_in_finally(i, idx):
+    with torch.no_grad():
+        with torch.enable_grad():
+            try:
+                i // (i * 0) if idx is None else i[idx]
+            except (RuntimeError, IndexError):
+                pass
+            finally:
+                print("finally")
+            g = torch.is_grad_enabled()
+    return i + 1, g, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn", [_break_in_no_grad_then_failing_try,
+                                _failing_try_in_enable_grad_with_break_in_finally])
+@pytest.mark.parametrize("idx", [None, torch.tensor([10])], ids=["division", "index"])
+def test_graph_error_caught_by_try_when_a_grad_mode_block_spans_a_break(fn, idx, capsys):
+    """The graph of a frame inside a grad-mode ``with`` block that spans a graph break (or of
+    the frame that enters it) raised past the user's ``except``: the plain-Python rerun was
+    refused there. It runs now, from the grad mode the frame had on entry (fuzzer programs
+    1120000322, 1140000157)."""
+    i = torch.arange(6)
+    expected = fn(i, idx)
+    compiled = framejit.compile(fn)
+    for _ in range(2):
+        got = compiled(i, idx)
+        assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+        assert torch.is_grad_enabled()
