@@ -298,6 +298,11 @@ class OutputGraph:
                 # in eager; first put back what the graph changed.
                 saved = ", ".join(cg.source_expr(self._source_of(n)) for n in plan.saved)
                 undo = []
+                if self.switches_grad_mode or self.grad_mode_handover or self.outside_grad_exits:
+                    # The plain run starts from the grad mode the frame had on entry (the graph
+                    # call's own handler leaves it as the blocks' exits would).
+                    lines.append(f"___grad0 = {cg.const_name(torch.is_grad_enabled)}()")
+                    undo.append(f"    {cg.const_name(torch._C._set_grad_enabled)}(___grad0)")
                 if plan.saved:
                     lines.append(f"___saved = {cg.const_name(rerun_mod.save_inputs)}({saved})")
                     undo.append(f"    {cg.const_name(rerun_mod.restore_inputs)}(___saved, ({saved},))")
@@ -334,10 +339,10 @@ class OutputGraph:
 
     def _rerun_plan(self, graph):
         """How to run the frame again as plain Python if the graph raises (rerun.py), or None:
-        not when grad mode or autocast blocks span the frame's edge (a graph break inside
-        them), nor where the failed graph cannot be undone."""
-        if self.grad_mode_handover or self.outside_grad_exits or self.autocast_handover \
-                or self.outside_autocast_exits or self.f_globals is None:
+        not when autocast blocks span the frame's edge (a graph break inside them), nor where
+        the failed graph cannot be undone. Grad-mode blocks may: the rerun starts from the
+        frame's grad mode on entry."""
+        if self.autocast_handover or self.outside_autocast_exits or self.f_globals is None:
             return None
         return rerun_mod.plan(graph, lambda target: target in _STATE_SWITCHES, self._same_memory)
 

@@ -9,7 +9,8 @@ nothing behind:
 * a graph that only computes new tensors leaves nothing: it is run again at once;
 * a graph that changes tensors from outside in place (``x.add_(1)``, BatchNorm's running stats)
   or draws random numbers has changed the world before it raised. For graphs that may raise at
-  run time (:func:`may_raise`: operations whose errors depend on values, or an in-place
+  run time (:func:`may_raise`: operations whose errors depend on values, such as an integer
+  division by a tensor holding a zero, or an in-place
   operation that may read the memory it writes), the entry function saves those tensors (and
   the random generators' state) before the graph and puts them back before running the frame
   again. Other such graphs are not expected to raise; if one does, the error goes on as it is.
@@ -36,6 +37,12 @@ _VALUE_CHECKED = frozenset({
     "index_put", "index_put_", "take", "take_along_dim", "embedding", "embedding_bag",
     "one_hot", "multinomial", "bincount", "repeat_interleave", "_assert", "_assert_async",
     "masked_select", "nonzero", "searchsorted", "bucketize", "cross_entropy", "nll_loss",
+})
+#: Divisions, which raise for an integer divisor holding a zero (a float one gives inf or NaN).
+_DIVISIONS = frozenset({
+    "floordiv", "__floordiv__", "__rfloordiv__", "ifloordiv", "__ifloordiv__", "floor_divide",
+    "floor_divide_", "mod", "__mod__", "__rmod__", "imod", "__imod__", "remainder", "remainder_",
+    "fmod", "fmod_", "div", "div_", "divide", "divide_",
 })
 #: Indexing, which raises for an index tensor holding an index out of range.
 _INDEXING = frozenset({"getitem", "__getitem__", "setitem", "__setitem__"})
@@ -97,6 +104,14 @@ def _indexes_by_tensor(node) -> bool:
     return any(isinstance(getattr(i, "meta", {}).get("val"), torch.Tensor) for i in items)
 
 
+def _divides_integers(node) -> bool:
+    """An integer division (its result is an integer tensor: ``torch.div`` without a rounding
+    mode gives floats and never raises)."""
+    out = node.meta.get("val")
+    return _name(node) in _DIVISIONS and isinstance(out, torch.Tensor) and not (
+        out.dtype.is_floating_point or out.dtype.is_complex or out.dtype == torch.bool)
+
+
 def may_raise(graph, same_memory) -> bool:
     """Whether the graph may raise when it runs although its example run did not: an
     operation whose errors depend on values, or an in-place operation reading memory it may
@@ -106,7 +121,8 @@ def may_raise(graph, same_memory) -> bool:
         if node.op not in ("call_function", "call_method"):
             continue
         name = _name(node)
-        if name in _VALUE_CHECKED or (name in _INDEXING and _indexes_by_tensor(node)):
+        if name in _VALUE_CHECKED or (name in _INDEXING and _indexes_by_tensor(node)) \
+                or _divides_integers(node):
             return True
         if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
             written = root(node.args[0])

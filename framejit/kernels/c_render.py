@@ -690,7 +690,7 @@ class _Renderer:
         if k == "rand":
             return f"fj_u_{op.args[0]}_{op.args[1]}[r - fj_ub]"
         if k == "cast":
-            return f"({a[0]} != 0)" if dt == torch.bool else f"({ct}){a[0]}"
+            return f"({a[0]} != 0)" if dt == torch.bool else _c_cast(a[0], self.k.ops[op.args[0]].dtype, dt)
         if k == "round":
             if op.args[1] == torch.float16:
                 return f"fj_h2f(fj_f2h((float){a[0]}))"
@@ -762,7 +762,7 @@ class _Renderer:
         elif b.dtype == torch.bool:
             v = f"({v} != 0)"
         elif self.k.ops[src].dtype != b.dtype:
-            v = f"({c_type(b.dtype)}){v}"
+            v = _c_cast(v, self.k.ops[src].dtype, b.dtype)
         self.lines.append(f"{indent}{name}[{self.offset(name, op.level)}] = {v};")
 
     def closure(self, roots: list[int], stops: set[int] | None = None) -> list[int]:
@@ -1625,3 +1625,12 @@ class _Renderer:
                 self.lines.append(f"{body}{call('0', str(x), False)}")
         if len(branches) > 1:
             self.lines.append(f"{indent}}}")
+
+
+def _c_cast(x: str, source: torch.dtype, target: torch.dtype) -> str:
+    """C's conversion of ``x`` from ``source`` to ``target`` as torch makes it: a float goes to
+    uint8 through int64, as c10's static_cast_with_inter_type does (-100.0 -> 156; a float
+    cast straight to uint8_t is undefined for negatives, and gcc's vector loops give 0)."""
+    if target == torch.uint8 and source.is_floating_point:
+        return f"(uint8_t)(int64_t){x}"
+    return f"({c_type(target)}){x}"

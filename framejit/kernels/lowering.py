@@ -421,6 +421,19 @@ class _Lowering:
             return self.cast(index, dtype)
         return self.emit("const", (_convert_number(a, dtype),), dtype, level)
 
+    def operand_in(self, a: Any, dtype: torch.dtype, level: str) -> int:
+        """``a`` as an operand of an op that eager computes in ``dtype`` and that compares or
+        selects its operands (comparisons, where, clamp, maximum): a value that fp16/bf16
+        cannot hold exactly (a number, a 0-dim fp32 tensor) is rounded to ``dtype`` first, as
+        eager converts it. Arithmetic takes ``operand``: its result is rounded only on store."""
+        c = compute_dtype(dtype)
+        if not isinstance(a, Node):
+            return self.operand(_number_in(a, dtype), c, level)
+        index = self.operand(a, c, level)
+        if _rounds(_val(a).dtype, dtype):
+            index = self.emit("round", (index, dtype), c, level)
+        return index
+
     def load(self, node: Node, level: str) -> int:
         key = (node, level, self.spans)
         if key in self.loads:
@@ -547,20 +560,22 @@ class _Lowering:
         c = compute_dtype(out.dtype)
         if target in _ARITHMETIC:
             name = _ARITHMETIC[target]
-            ops = [self.operand(a, c, level) for a in args]
+            if name in ("maximum", "minimum"):
+                ops = [self.operand_in(a, out.dtype, level) for a in args]
+            else:
+                ops = [self.operand(a, c, level) for a in args]
             return self.emit(name, ops, c, level)
         if target in _COMPARISONS:
-            vals = [_val(a) for a in args]
-            common = compute_dtype(torch.result_type(*vals))
-            ops = [self.operand(a, common, level) for a in args]
+            semantic = torch.result_type(*[_val(a) for a in args])
+            ops = [self.operand_in(a, semantic, level) for a in args]
             return self.emit(_COMPARISONS[target], ops, torch.bool, level)
         if target in _LOGICAL:
             ops = [self.operand(a, torch.bool, level) for a in args]
             return self.emit(_LOGICAL[target], ops, torch.bool, level)
         if target in _WHERE:
             cond = self.operand(args[0], torch.bool, level)
-            a = self.operand(args[1], c, level)
-            b = self.operand(args[2], c, level)
+            a = self.operand_in(args[1], out.dtype, level)
+            b = self.operand_in(args[2], out.dtype, level)
             return self.emit("where", (cond, a, b), c, level)
         if target is aten.clamp.default:
             lo = args[1] if len(args) > 1 else node.kwargs.get("min")
@@ -568,10 +583,10 @@ class _Lowering:
             x = self.operand(args[0], c, level)
             # NaN stays NaN: the comparisons are false for it.
             if lo is not None:
-                bound = self.operand(lo, c, level)
+                bound = self.operand_in(lo, out.dtype, level)
                 x = self.emit("where", (self.emit("lt", (x, bound), torch.bool, level), bound, x), c, level)
             if hi is not None:
-                bound = self.operand(hi, c, level)
+                bound = self.operand_in(hi, out.dtype, level)
                 x = self.emit("where", (self.emit("gt", (x, bound), torch.bool, level), bound, x), c, level)
             return x
         if target is aten.pow.Tensor_Scalar:
@@ -645,9 +660,24 @@ def _hint_one(e) -> bool:
     return isinstance(e, int) and e == 1 or getattr(e, "is_Integer", False) and int(e) == 1
 
 
+def _number_in(a: Any, dtype: torch.dtype) -> Any:
+    """A Python number compared with or selected into fp16/bf16 values, as eager has it: in that
+    dtype (``x >= 0.1`` holds for ``x = half(0.1)``; ``where(m, x, 0.1)`` holds ``half(0.1)``,
+    and stays so where the kernel reads it in fp32). Eager's CPU add, sub and remainder round a
+    number too, but mul and div do not; those results are rounded only on store anyway."""
+    if type(a) in (int, float) and dtype in (torch.float16, torch.bfloat16):
+        return torch.tensor(a, dtype=dtype).item()
+    return a
+
+
 def _convert_number(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` as a constant of ``dtype``; an integer wraps into the dtype's range as eager
+    converts it (``u != -1`` compares a uint8 with 255, ``q == 300`` an int8 with 44), so
+    that no renderer sees a literal its type cannot hold."""
     if dtype == torch.bool:
         return bool(value)
     if dtype.is_floating_point:
         return float(value)
-    return int(value)
+    info = torch.iinfo(dtype)
+    span = info.max - info.min + 1
+    return (int(value) - info.min) % span + info.min

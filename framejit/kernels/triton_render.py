@@ -305,15 +305,15 @@ class _Renderer:
         if k == "cast":
             if op.dtype == torch.bool:
                 return f"{a[0]} != 0"
+            if op.dtype == torch.uint8 and self.k.ops[op.args[0]].dtype.is_floating_point:
+                # Through int64, as c10 converts (-100.0 -> 156); a GPU's cvt to u8 saturates.
+                return f"{a[0]}.to(tl.int64).to({dt})"
             return f"{a[0]}.to({dt})"
         if k == "round":
             x = a[0]
             if op.args[1] == torch.float16:
                 return f"{x}.to(tl.float16).to({dt})"
-            # bf16 by hand, to nearest even (NaN kept): Triton's interpreter truncates .to(bf16).
-            bits = f"{x}.to(tl.uint32, bitcast=True)"
-            rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16 << 16).to(tl.float32, bitcast=True)"
-            return f"tl.where({x} != {x}, {x}, {rounded})"
+            return _bf16_nearest_even(x)
         if k == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
         x = a[0] if a else None
@@ -430,7 +430,9 @@ class _Renderer:
             b = self.k.buffer(name)
             value = f"t{src}"
             if op.dtype != b.dtype or self.k.ops[src].dtype != b.dtype:
-                value = f"t{src}.to({tl_dtype(b.dtype)})"
+                if b.dtype == torch.bfloat16 and self.k.ops[src].dtype == torch.float32:
+                    value = _bf16_nearest_even(value)  # then .to(bf16) is exact, even truncating
+                value = f"{value}.to({tl_dtype(b.dtype)})"
             mask = self.mask(op.level)
             self.lines.append(f"{indent}tl.store({name} + ({self.address(name, op.level)}), {value}, mask={mask})")
             return
@@ -515,3 +517,11 @@ class _Renderer:
             head.append("@_jit")
         head.append(f"def {k.function_stem}({', '.join(params)}):")
         return "\n".join(head + self.lines) + "\n"
+
+
+def _bf16_nearest_even(x: str) -> str:
+    """fp32 ``x`` rounded to bf16's precision, to nearest even (NaN kept), still fp32: by hand,
+    because Triton's interpreter truncates ``.to(tl.bfloat16)`` (the GPU rounds to nearest)."""
+    bits = f"{x}.to(tl.uint32, bitcast=True)"
+    rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16 << 16).to(tl.float32, bitcast=True)"
+    return f"tl.where({x} != {x}, {x}, {rounded})"

@@ -746,3 +746,67 @@ def test_an_op_s_named_result_keeps_its_type(op, stats):
     for name in type(want).__match_args__:
         torch.testing.assert_close(getattr(got, name), getattr(want, name))
     assert stats.graphs == 1
+
+
+def _divide_in_try_then_write(i, a, op):
+    try:
+        op(i, i * 0)  # integers: raises (ZeroDivisionError) whatever the example values were
+    except RuntimeError:
+        pass
+    a[-1] = 2.5
+    return a
+
+
+@pytest.mark.parametrize("op", [
+    lambda i, j: i // j, lambda i, j: i % j, torch.floor_divide, torch.remainder, torch.fmod,
+    lambda i, j: torch.div(i, j, rounding_mode="trunc"), lambda i, j: i.clone().floor_divide_(j),
+], ids=["floordiv", "mod", "floor_divide", "remainder", "fmod", "div_trunc", "floor_divide_"])
+def test_integer_division_by_zero_in_try_with_an_in_place_write(op, stats):
+    """An integer division's error depends on the divisor's values: the graph that writes ``a``
+    in place must save it, so that the plain-Python rerun after the error starts from the
+    inputs eager had and the user's ``except`` catches the error (fuzzer program 1010000029)."""
+    compiled = framejit.compile(lambda i, a: _divide_in_try_then_write(i, a, op))
+    for _ in range(2):
+        i = torch.arange(6).reshape(2, 3)
+        expected = _divide_in_try_then_write(i, torch.zeros(2, 3), op)
+        assert torch.equal(compiled(i, torch.zeros(2, 3)), expected)
+
+
+def _break_in_no_grad_then_failing_try(i, idx):
+    with torch.no_grad():
+        print("in the block")  # a graph break inside a grad-mode block: a resume function
+    try:
+        i // (i * 0) if idx is None else i[idx]
+    except (RuntimeError, IndexError):
+        pass
+    return i + 1, torch.is_grad_enabled()
+
+
+def _failing_try_in_enable_grad_with_break_in_finally(i, idx):
+    with torch.no_grad():
+        with torch.enable_grad():
+            try:
+                i // (i * 0) if idx is None else i[idx]
+            except (RuntimeError, IndexError):
+                pass
+            finally:
+                print("finally")
+            g = torch.is_grad_enabled()
+    return i + 1, g, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn", [_break_in_no_grad_then_failing_try,
+                                _failing_try_in_enable_grad_with_break_in_finally])
+@pytest.mark.parametrize("idx", [None, torch.tensor([10])], ids=["division", "index"])
+def test_graph_error_caught_by_try_when_a_grad_mode_block_spans_a_break(fn, idx, capsys):
+    """The graph of a frame inside a grad-mode ``with`` block that spans a graph break (or of
+    the frame that enters it) raised past the user's ``except``: the plain-Python rerun was
+    refused there. It runs now, from the grad mode the frame had on entry (fuzzer programs
+    1120000322, 1140000157)."""
+    i = torch.arange(6)
+    expected = fn(i, idx)
+    compiled = framejit.compile(fn)
+    for _ in range(2):
+        got = compiled(i, idx)
+        assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+        assert torch.is_grad_enabled()

@@ -17,41 +17,24 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import torch
+
+from .expressions import Expressions
 from .prelude import prelude_nodes
 from .program import Block, Line, Program
-
-FULL = ("A", "B")
-ROW = ("B",)
-COL = ("A", 1)
-ONE = (1,)
-SCALAR = ()
-
-
-def broadcast(a: tuple, b: tuple):
-    """The symbolic broadcast shape, or None where the shapes may not broadcast."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        da = a[-i] if i <= len(a) else 1
-        db = b[-i] if i <= len(b) else 1
-        if da == db or db == 1:
-            out.append(da)
-        elif da == 1:
-            out.append(db)
-        else:
-            return None
-    return tuple(reversed(out))
+from .typed import F32, FULL, HALVES, ROW, Num, Ty, guard_int, infer
 
 
 @dataclass
 class Scope:
-    # Tensor expressions that can be read, with their shapes. Inputs and their parts
+    # Tensor expressions that can be read, with their types (typed.Ty). Inputs and their parts
     # (``d['a']``, ``obj.t``, ``lst[0]``) are here too, so in-place ops reach them.
     tensors: dict = field(default_factory=dict)
     ints: list = field(default_factory=list)
     floats: list = field(default_factory=list)
     lists: dict = field(default_factory=dict)  # local list of tensors -> element shape
     dicts: list = field(default_factory=list)  # local dicts {'u': tensor, 'v': int}; 'u' FULL
-    pairs: dict = field(default_factory=dict)  # Pair -> shape of .a
+    pairs: dict = field(default_factory=dict)  # Pair -> Ty of .total()
     boxes: list = field(default_factory=list)  # local Box objects; .t is FULL
     views: list = field(default_factory=list)  # d.keys() / d.values() views
     gens: dict = field(default_factory=dict)  # unstarted generator -> shape of what it yields
@@ -63,13 +46,11 @@ class Scope:
                      dict(self.gens), list(self.returnable))
 
 
-INPUT_TENSORS = {"x": FULL, "y": ROW, "d['a']": FULL, "obj.t": FULL, "lst[0]": ROW,
-                 "lst[-1]": ROW}
-UNARY = ["torch.relu({})", "torch.tanh({})", "torch.sigmoid({})", "{}.abs()", "{}.clamp(-0.5, 0.5)",
-         "torch.sin({})", "({} ** 2)", "{}.neg()", "{}.clone()", "{}.detach()", "torch.cos({})",
-         # Other dtypes: float64 promotes what it meets; a bool mask turned into numbers.
-         "{}.double()", "({} > 0).float()", "{}.t().t()", "{}.contiguous()"]
-BINARY = ["+", "-", "*"]
+INPUT_TENSORS = {"x": Ty(FULL), "y": Ty(ROW), "d['a']": Ty(FULL), "obj.t": Ty(FULL),
+                 "lst[0]": Ty(ROW), "lst[-1]": Ty(ROW), "d['i']": Ty(FULL, torch.int64),
+                 "d['q']": Ty(ROW, torch.int8), "d['b']": Ty(ROW, torch.bfloat16),
+                 "obj.h": Ty(FULL, torch.float16), "obj.u": Ty(FULL, torch.uint8),
+                 "obj.i": Ty(ROW, torch.int32)}
 EXCEPTIONS = ["ValueError", "KeyError", "IndexError", "RuntimeError", "ZeroDivisionError"]
 
 
@@ -85,7 +66,7 @@ FEATURES = {
 }
 
 
-class Generator:
+class Generator(Expressions):
     def __init__(self, seed: int, max_statements: int = 14, avoid: frozenset = frozenset()):
         self.avoid = avoid
         self.rng = random.Random(seed)
@@ -120,7 +101,7 @@ class Generator:
             lambda: self.pick(s.ints) if s.ints else "1",
             lambda: self.pick(["len(lst)", "x.shape[0]", "y.shape[-1]", "G0", "obj.n", "d['n']",
                                "len(obj.log)", "GD['calls']", "len(GL)", "obj.double"]),
-            lambda: f"int({self.tensor_expr(s, 2)[0]}.sum().item() > 0)",
+            lambda: f"int({self.exact_expr(s, 2)[0]}.sum().item() > 0)",
             lambda: f"({self.int_expr(s)} + {self.rng.randint(1, 3)}) % 5",
             lambda: f"{self.pick(s.pairs)}.b" if s.pairs else "2",
             lambda: f"len({self.pick(s.views)})" if s.views else "0",
@@ -135,105 +116,16 @@ class Generator:
             return "GF"
         return self.int_expr(s)
 
-    def tensor_expr(self, s: Scope, depth: int = 0) -> tuple[str, tuple]:
-        if depth >= 2:
-            name = self.pick(s.tensors)
-            return name, s.tensors[name]
-
-        def var():
-            name = self.pick(s.tensors)
-            return name, s.tensors[name]
-
-        def unary():
-            code, shape = self.tensor_expr(s, depth + 1)
-            return self.pick(UNARY).format(code), shape
-
-        def binary():
-            a, sa = self.tensor_expr(s, depth + 1)
-            b, sb = self.tensor_expr(s, depth + 1)
-            shape = broadcast(sa, sb)
-            if shape is None:
-                return f"({a} * {self.rng.randint(1, 3)})", sa
-            return f"({a} {self.pick(BINARY)} {b})", shape
-
-        def scalar():
-            a, sa = self.tensor_expr(s, depth + 1)
-            return f"({a} {self.pick(BINARY)} {self.num_expr(s)})", sa
-
-        def reduce():
-            a, sa = self.tensor_expr(s, depth + 1)
-            if not sa or self.chance(0.4):
-                return f"{a}.sum()", SCALAR
-            if self.chance(0.5):
-                return f"{a}.mean(dim=-1, keepdim=True)", sa[:-1] + (1,)
-            return f"{a}.amax(dim=0)", sa[1:]
-
-        def view():
-            a, sa = self.tensor_expr(s, depth + 1)
-            if len(sa) == 2 and self.chance(0.4):
-                return f"{a}[:, :1]", (sa[0], 1)
-            if sa and sa[0] != 1 and self.chance(0.5):
-                return f"{a}[{self.pick(['0', '-1', '1'])}]", sa[1:]
-            if self.chance(0.5):
-                return f"{a}.unsqueeze(0)", (1,) + sa
-            return f"{a}.view_as({a})" if a.isidentifier() else f"{a}.reshape({a}.shape)", sa
-
-        def special():
-            a, sa = self.tensor_expr(s, depth + 1)
-            b, sb = self.tensor_expr(s, depth + 1)
-            shape = broadcast(sa, sb)
-            if shape is None:
-                b, shape = "GT", broadcast(sa, ONE)
-            kind = self.rng.randrange(6)
-            if kind == 0:
-                return f"torch.where({a} > 0, {a}, {b})", shape
-            if kind == 1:
-                return f"torch.maximum({a}, {b})", shape
-            if kind == 3 and sa:  # a rotation by cat, as rotary embeddings write it
-                return f"torch.cat([-{a}[..., 1:], {a}[..., :1]], dim=-1)", sa
-            if kind == 4 and len(sa) == 2 and sa == sb:  # rows of two tensors
-                return f"torch.cat(({a}[:1], {b}[1:] * 2))", sa
-            if kind == 5 and len(sa) == 2:  # a cat then a reduction over it
-                return f"torch.cat([{a}, {a}.exp()], 1).amax(1, keepdim=True)", sa[:1] + (1,)
-            return f"torch.stack([{a}, {a} * 2]).sum(0)", sa
-
-        def matmul():
-            full = [n for n, sh in s.tensors.items() if sh == FULL]
-            rows = [n for n, sh in s.tensors.items() if sh == ROW]
-            if not (full and rows):
-                return var()
-            return f"({self.pick(full)} @ {self.pick(rows)}).unsqueeze(-1)", COL
-
-        def call():
-            a, sa = self.tensor_expr(s, depth + 1)
-            kind = self.rng.randrange(6)
-            if kind == 0:
-                return f"helper({a}, {self.int_expr(s)})", sa
-            if kind == 1:
-                return self.pick([f"obj.scale({a})", f"noisy({a})"]), sa
-            if kind == 2:
-                return f"sum(scaled({a}, {self.rng.randint(1, 3)}))", sa
-            if kind == 3:
-                return "sum(u * 2 for u in lst)", ROW
-            if kind == 4:
-                return "torch.stack([u.sin() for u in lst]).sum(0)", ROW
-            if s.pairs:
-                p = self.pick(s.pairs)
-                return f"{p}.total()", s.pairs[p]
-            return f"{a} * GT", broadcast(sa, ONE)
-
-        return self.weighted({var: 4, unary: 3, binary: 4, scalar: 2, reduce: 1.5, view: 1.5,
-                              special: 1, matmul: 0.7, call: 1.5})
-
     def cond(self, s: Scope) -> str:
-        a = self.tensor_expr(s, 1)[0]
+        a, ta = self.exact_expr(s)
+        mean = f"{a}.mean()" if ta.floating else f"{a}.float().mean()"
         n = self.int_expr(s)
         return self.pick([
             self.pick(["True", "False", "2 > 1", "None is None"]),
             f"x.shape[0] > {self.rng.randint(2, 4)}", "x.dim() == 2", f"len(lst) > {self.rng.randint(1, 3)}",
             f"y.numel() == {self.rng.randint(2, 5)}",
             f"G0 > {self.rng.randint(2, 5)}", "G0 % 2 == 0", "len(GL) > 1", "GD['calls'] > 1",
-            f"{a}.sum().item() > 0", f"bool(({a} > 0).any())", f"{a}.mean() > 0",
+            f"{a}.sum().item() > 0", f"bool(({a} > 0).any())", f"{mean} > 0",
             f"{n} % 2 == 0", f"{n} > 2",
             "obj.n > 2" if "hasattr" in self.avoid else "hasattr(obj, 'extra')", "obj.n > 2", "'k' in d", "len(obj.log) > 1",
             f"isinstance({a}, torch.Tensor)", "len(d) > 2",
@@ -267,41 +159,65 @@ class Generator:
         return self.weighted({(lambda fn=fn: fn(s, depth, loop)): w for fn, w in table.items()})
 
     def assign_tensor(self, s, depth, loop):
-        code, shape = self.tensor_expr(s)
+        code, ty = self.tensor_expr(s)
         name = self.fresh("t")
-        s.tensors[name] = shape
+        s.tensors[name] = ty
         return Line(f"{name} = {code}")
 
     def inplace(self, s, depth, loop):
         target = self.pick(s.tensors)
-        shape = s.tensors[target]
-        for _ in range(4):
-            code, sh = self.tensor_expr(s, 1)
-            if broadcast(shape, sh) == shape:
-                break
-        else:
-            code, sh = self.num_expr(s), SCALAR
-        kind = self.rng.randrange(6)
+        for _ in range(6):
+            line = self.inplace_candidate(s, (target, s.tensors[target]))
+            if line:
+                return Line(line)
+        return Line(f"{target}.zero_()")
+
+    def inplace_candidate(self, s, t) -> str | None:
+        """An in-place op on ``t`` that eager accepts and that keeps its type (typed.infer's
+        ``inplace_of``), or None."""
+        target, ty = t
+        value = self.tensor_expr(s, 1)
+        if not ty.floating and value[1].floating:  # floats copied into integers: keep them in range
+            value = (guard_int(value[0], value[1], ty.dtype), value[1])
+        number = self.runtime_number(s) if self.chance(0.5) else self.literal()
+        kind = self.rng.randrange(8)
+        probe, rounds = None, True
         if kind == 0:
-            return Line(f"{target} += {code}")
-        if kind == 1:
-            return Line(f"{target}.{self.pick(['add_', 'sub_', 'mul_'])}({code})")
-        if kind == 2:
-            return Line(f"{target}.{self.pick(['relu_()', 'clamp_(-1, 1)', 'neg_()', 'zero_()'])}")
-        if kind == 3 and shape and shape[0] != 1:
-            value = code if broadcast(shape[1:], sh) == shape[1:] else self.num_expr(s)
-            return Line(f"{target}[{self.pick(['0', '-1'])}] = {value}")
-        if kind == 4:
-            return Line(f"{target}.copy_({code})" if sh else f"{target}.fill_({code})")
-        return Line(f"{target}.mul_({self.rng.choice(['0.5', '2', '-1'])})")
+            template, operands, probe = "{0} += {1}", [t, value], "{0}.add_({1})"
+        elif kind == 1:
+            template, operands = f"{{0}}.{self.pick(['add_', 'sub_', 'mul_'])}({{1}})", [t, value]
+        elif kind == 2:
+            template, operands, rounds = "{0}." + self.pick(
+                ["relu_()", "clamp_(-1, 1)", "neg_()", "zero_()", "clamp_(min=0)", "abs_()"]), [t], False
+        elif kind == 3 and ty.shape and ty.shape[0] != 1:
+            index = self.pick(["0", "-1"])
+            template, rounds = f"{{0}}[{index}] = {{1}}", False
+            operands = [t, value if self.chance(0.6) else number]
+            probe = f"{{0}}.__setitem__({index}, {{1}}) or {{0}}"
+        elif kind == 4:
+            template, operands = ("{0}.copy_({1})", [t, value]) if self.chance(0.6) else \
+                ("{0}.fill_({1})", [t, number])
+            rounds = False
+        elif kind == 5:
+            template, operands = f"{{0}}.{self.pick(['mul_', 'div_', 'add_'])}({{1}})", [t, self.literal()]
+        elif kind == 6:
+            template, operands, rounds = "{0}.masked_fill_({1}, {2})", [t, self.mask(s, 1), number], False
+        else:
+            template, operands = f"{{0}}.add_({{1}}, alpha={self.pick(['2', '-1', '0.5'])})", [t, value]
+        out = infer(template, operands, rounds=rounds, probe=probe, inplace_of=ty)
+        if out is None or (out.shape, out.dtype) != (ty.shape, ty.dtype):
+            return None
+        return template.format(*(op.code if isinstance(op, Num) else op[0] for op in operands))
 
     def assign_number(self, s, depth, loop):
         if s.ints and self.chance(0.35):
             return Line(f"{self.pick(s.ints)} += {self.int_expr(s)}")
         if self.chance(0.25):
             name = self.fresh("f")
-            s.floats.append(name)
-            a = self.tensor_expr(s, 1)[0]
+            a, ta = self.exact_expr(s)
+            s.floats.append(name)  # after: `f7 = (x * f7).mean().item()` reads it unbound
+            if not ta.floating:  # an integer's item() is an int: the name must hold a float
+                return Line(f"{name} = float({a}.{self.pick(['sum', 'amax'])}().item())")
             return Line(f"{name} = {a}.{self.pick(['sum', 'mean', 'amax'])}().item()")
         name = self.fresh("n")
         line = Line(f"{name} = {self.int_expr(s)}")
@@ -312,14 +228,14 @@ class Generator:
         kind = self.rng.randrange(9)
         if kind == 0 or (kind == 1 and not s.lists):
             name = self.fresh("acc")
-            code, shape = self.tensor_expr(s)
-            s.lists[name] = shape
+            code, ty = self.tensor_expr(s)
+            s.lists[name] = ty.shape
             return Line(f"{name} = [{code}]" if self.chance(0.5) else f"{name} = []")
         if kind == 1:
             name = self.pick(s.lists)
             for _ in range(4):
-                code, shape = self.tensor_expr(s)
-                if shape == s.lists[name]:
+                code, ty = self.tensor_expr(s)
+                if ty.shape == s.lists[name]:
                     return Line(f"{name}.append({code})")
             return Line(f"{name}.append({name}[-1] * 2)" if self.chance(0.5) else f"{name}.clear()")
         if self.iterating_lst and kind in (2, 5, 7):
@@ -337,10 +253,10 @@ class Generator:
                                    "lst.reverse()", "lst.sort(key=lambda u: float(u.sum()))"]))
         if kind == 6:
             name = self.fresh("tup")
-            a, sa = self.tensor_expr(s)
+            a, ta = self.tensor_expr(s)
             n = self.int_expr(s)
             t2, n2 = self.fresh("t"), self.fresh("n")
-            s.tensors[t2] = sa
+            s.tensors[t2] = ta
             s.ints.append(n2)
             s.returnable.append(name)
             return Line(f"{name} = ({a}, {n})\n{t2}, {n2} = {name}")
@@ -355,18 +271,19 @@ class Generator:
                     else f"{name} = sum(1 for u in lst if u.sum().item() > 0)")
 
     def row_expr(self, s):
-        for _ in range(5):
-            code, shape = self.tensor_expr(s)
-            if shape == ROW:
-                return code
-        return f"(y * {self.rng.randint(1, 3)})"
+        return self.float32_expr(s, ROW, "(y * {})")
 
     def full_expr(self, s):
+        return self.float32_expr(s, FULL, "(x + {})")
+
+    def float32_expr(self, s, shape, fallback):
+        """A float32 expression of ``shape``, for the inputs' tensors (lst's, obj.t) that the
+        generator always treats as float32."""
         for _ in range(5):
-            code, shape = self.tensor_expr(s)
-            if shape == FULL:
-                return code
-        return f"(x + {self.rng.randint(1, 3)})"
+            code, ty = self.exact_expr(s, 0, lambda t: t.shape == shape)
+            if ty.shape == shape and ty.exact:
+                return code if ty.dtype == F32 else f"{code}.float()"
+        return fallback.format(self.rng.randint(1, 3))
 
     def dict_ops(self, s, depth, loop):
         kind = self.rng.randrange(8)
@@ -420,9 +337,12 @@ class Generator:
             return Line(f"{name} = Box({self.full_expr(s)}, {self.int_expr(s)})")
         if kind == 6:
             name = self.fresh("p")
-            code, shape = self.tensor_expr(s)
-            s.pairs[name] = shape
-            return Line(f"{name} = Pair({code}, {self.int_expr(s)})")
+            code, ty = self.tensor_expr(s, 0, lambda t: t.dtype not in HALVES)
+            if ty.dtype in HALVES:  # p.a * 2 would be one more fp16 rounding each time
+                code, ty = "x", s.tensors["x"]
+            n = self.int_expr(s)  # before the pair is in scope: `p4 = Pair(x, p4.b)` fails
+            s.pairs[name] = infer("({0} * 2)", [(code, ty)], rounds=True) or ty
+            return Line(f"{name} = Pair({code}, {n})")
         if kind == 7 and s.pairs:
             p = self.pick(s.pairs)
             return Line(self.pick([f"{p}.b += 1", f"{p}.a = {p}.a * 2", f"{p}.b = {p}.b * 3"]))
@@ -450,21 +370,25 @@ class Generator:
         if kind == 4:
             return Line("GD['calls'] += 1")
         if kind == 5:
-            return Line(f"GT = {self.tensor_expr(s)[0]}.sum().reshape(1)")
+            a, ta = self.exact_expr(s, 0)
+            return Line(f"GT = {a}.sum().reshape(1)" + ("" if ta.dtype == F32 else ".float()"))
         return Line(f"GF = GF * {self.pick(['0.5', '2.0', '1.5'])}")
 
     def print_stmt(self, s, depth, loop):
-        a = self.tensor_expr(s, 1)[0]
+        a = self.exact_expr(s)[0]
         return Line(self.pick([
             f"print('p', {self.int_expr(s)}, tuple({a}.shape))",
-            f"print('v', round({a}.sum().item(), 2))",
+            # Four significant digits: a float32 sum may end differently (README: fp32 sums add
+            # in fp64), and round(..., 2) of a large value prints every digit.
+            f"print('v', format({a}.sum().item(), '.4g'))",
             "print('lens', len(lst), len(d), len(obj.log))",
             f"print(f\"n={{{self.int_expr(s)}}}\")",
         ]))
 
     def comprehension(self, s, depth, loop):
         kind = self.rng.randrange(4)
-        a, sa = self.tensor_expr(s, 1)
+        a, ta = self.tensor_expr(s, 1)
+        sa = ta.shape
         if kind == 0:
             name = self.fresh("acc")
             s.lists[name] = sa
@@ -477,14 +401,14 @@ class Generator:
             name = self.fresh("g")
             s.gens[name] = sa
             t = self.fresh("t")
-            s.tensors[t] = sa
+            s.tensors[t] = infer("({0} * 1)", [(a, ta)], rounds=True) or ta
             return Line(f"{name} = scaled({a}, 3)\n{t} = next({name})")
         name = self.fresh("t")
-        s.tensors[name] = ROW
+        s.tensors[name] = Ty(ROW)
         return Line(f"{name} = sum([u * i for i, u in enumerate(lst)])")
 
     def closure(self, s, depth, loop):
-        a, sa = self.tensor_expr(s, 1)
+        a, ta = self.tensor_expr(s, 1)
         fn = self.fresh("h")
         out = self.fresh("t")
         if self.chance(0.3):
@@ -493,14 +417,24 @@ class Generator:
             return Line(f"{cnt} = 0\ndef {fn}():\n    nonlocal {cnt}\n    {cnt} += 1\n"
                         f"    return {cnt}\n{fn}()\n{fn}()")
         n = self.int_expr(s)
-        b, sb = self.tensor_expr(s, 1)
-        shape = broadcast(sb, sa)
-        if shape is None:
-            b, shape = a, sa
-        s.tensors[out] = shape
+        b, tb = self.tensor_expr(s, 1)
+        ty = self.closure_type((a, ta), (b, tb))
+        if ty is None:
+            b, tb = a, ta
+            ty = self.closure_type((a, ta), (b, tb))
+        if ty is None:  # a value the chain of fp16 ops cannot take further
+            a, b, ty = "x", "x", s.tensors["x"]
+        s.tensors[out] = ty
         if self.chance(0.5):
             return Line(f"{fn} = lambda u: u * {n} + {a}\n{out} = {fn}({b})")
         return Line(f"def {fn}(u):\n    return u * {n} + {a}\n{out} = {fn}({b})")
+
+    @staticmethod
+    def closure_type(a, b):
+        """The type of ``u * n + a`` for ``u = b``, an op at a time: ``u * n`` is rounded in
+        eager when ``b`` is fp16, also where ``a`` then promotes it to float32."""
+        scaled = infer("({0} * 2)", [b], rounds=True)
+        return scaled and infer("({0} + {1})", [("u * n", scaled), a], rounds=True)
 
     def raise_stmt(self, s, depth, loop):
         return Block(header=f"if {self.cond(s)}:",
@@ -515,6 +449,7 @@ class Generator:
             ("lst[10]", "IndexError"), ("d['missing']", "KeyError"), ("1 // 0", "ZeroDivisionError"),
             ("x + torch.ones(7)", "RuntimeError"),  # raised by a tensor op (inside a graph)
             ("torch.ones(2, 3) @ torch.ones(2, 3)", "RuntimeError"),
+            ("d['i'] // (d['i'] * 0)", "RuntimeError"),  # an integer division by zero
             (f"raise {kind}('t')", kind),
         ])
 
@@ -544,17 +479,17 @@ class Generator:
             header = f"for {i} in range({self.pick(['2', '3', 'len(lst)', 'x.shape[0]', 'G0 % 3'])}):"
         elif kind == 1:
             u = self.fresh("u")
-            inner.tensors[u] = ROW
+            inner.tensors[u] = Ty(ROW)
             header = f"for {u} in lst:"
         elif kind == 2:
             i, u = self.fresh("i"), self.fresh("u")
             inner.ints.append(i)
-            inner.tensors[u] = ROW
+            inner.tensors[u] = Ty(ROW)
             header = f"for {i}, {u} in enumerate(lst):"
         elif kind == 3:
-            a, sa = self.tensor_expr(s, 1)
+            a, ta = self.tensor_expr(s, 1)
             u = self.fresh("u")
-            inner.tensors[u] = sa
+            inner.tensors[u] = infer("({0} * 1)", [(a, ta)], rounds=True) or ta
             header = f"for {u} in scaled({a}, {self.rng.randint(1, 3)}):"
         else:
             key = self.fresh("k")
@@ -672,13 +607,15 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
     # the call after the one that makes sizes dynamic runs the dynamic graph at new sizes.
     extra = random.Random(seed * 7 + 3)
     while len(sizes) < 3:
-        a, b = extra.randint(2, 7), extra.randint(2, 7)
+        # Rows up to 40 wide reach the kernels' vector loops as well as their tails.
+        a, b = extra.randint(2, 7), extra.randint(2, 7) if extra.random() < 0.6 else extra.randint(8, 40)
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, sizes[1][2]))
+    special = extra.random() < 0.3  # inputs holding NaN, inf, zeros and the integers' extremes
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
     gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
-    nodes = prelude_nodes(sizes, seed % 100_000) + [f]
+    nodes = prelude_nodes(sizes, seed % 100_000, special) + [f]
     return Program(_flatten(nodes), origin=str(seed))

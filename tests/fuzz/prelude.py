@@ -9,6 +9,8 @@ first two calls and the third):
 - ``lst``: a list of float32 (B,) tensors, never shorter than 1 (the generator guards its pops)
 - ``d``: ``{'a': (A, B) tensor, 'n': int}``
 - ``obj``: a ``Box`` with ``t`` (A, B), ``n`` (int), ``log`` (list of str)
+- other dtypes: ``d['i']`` int64 (A, B), ``d['q']`` int8 (B,), ``d['b']`` bfloat16 (B,),
+  ``obj.h`` float16 (A, B), ``obj.u`` uint8 (A, B), ``obj.i`` int32 (B,)
 """
 
 from __future__ import annotations
@@ -88,9 +90,27 @@ def helper(u, k):
     return u - k"""
 
 
-def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int) -> str:
+# Edge values for some programs: NaN and inf where the kernels' min/max/argmax and comparisons
+# must propagate them as eager does, signed zeros, fp16 ties, and the integers' extremes.
+SPECIAL = """
+    d['a'][0, -1] = float('nan')
+    obj.t[-1, 0] = float('inf')
+    x[0] = 0.0
+    y[-1] = -0.0
+    obj.h[0, 0] = 0.1
+    obj.h[-1, -1] = -2048.0
+    d['b'][0] = 0.5
+    d['i'][0] = 0
+    d['q'][0], d['q'][-1] = -128, 127
+    obj.u[0, 0], obj.u[-1, -1] = 0, 255
+    obj.i[0] = -2**31"""
+
+
+def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False) -> str:
     """``make_inputs(variant)``: the same values for the same variant, from a seeded generator, so
-    that the eager and the compiled run start from equal inputs."""
+    that the eager and the compiled run start from equal inputs; with ``special``, some edge
+    values too."""
+    edges = SPECIAL if special else ""
     return f"""\
 SIZES = {sizes!r}
 
@@ -102,13 +122,19 @@ def make_inputs(variant):
     lst = [torch.randn(B, generator=g) for _ in range(L)]
     d = {{'a': torch.randn(A, B, generator=g), 'n': 2}}
     obj = Box(torch.randn(A, B, generator=g), 2)
+    d['i'] = torch.randint(-8, 9, (A, B), generator=g)
+    d['q'] = torch.randint(-128, 128, (B,), generator=g, dtype=torch.int8)
+    d['b'] = torch.randn(B, generator=g).bfloat16()
+    obj.h = (torch.randn(A, B, generator=g) * 2).half()
+    obj.u = torch.randint(0, 256, (A, B), generator=g, dtype=torch.uint8)
+    obj.i = torch.randint(-50, 50, (B,), generator=g, dtype=torch.int32){edges}
     return x, y, lst, d, obj"""
 
 
-def prelude_nodes(sizes, input_seed) -> list:
+def prelude_nodes(sizes, input_seed, special=False) -> list:
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
     nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER)]
-    nodes.append(Line(make_inputs_source(sizes, input_seed), keep=True))
+    nodes.append(Line(make_inputs_source(sizes, input_seed, special), keep=True))
     return nodes

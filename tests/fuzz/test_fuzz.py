@@ -10,10 +10,12 @@ import pytest
 from .campaign import reproduce, run_campaign, signature
 from .pool import Worker
 
-# Sized to take one to two minutes on a two-core machine.
+# Sized to take one to two minutes on a two-core machine. Programs with integer, fp16 and bf16
+# values cost about 1.6 times the float32-only ones in capture (meta kernels of more ops), so
+# the sample is 1250 + 320 of them where it was 2000 + 500.
 SEED = 20261123
-COUNT = 2000
-KERNEL_COUNT = 500
+COUNT = 1250
+KERNEL_COUNT = 320
 
 
 @pytest.mark.fuzz

@@ -131,6 +131,60 @@ def test_casts_between_dtypes(device):
     check(f, x, kernels=1)
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_numbers_out_of_a_small_integer_range_wrap_as_in_eager(reference, device):
+    # Eager converts a Python int to the op's dtype, wrapping: u != -1 compares with 255 and
+    # q == 300 with 44. Triton's interpreter refused the literal -1 as uint8 (OverflowError;
+    # fuzzer program 1130000212).
+    u = torch.tensor([0, 1, 255, 7], dtype=torch.uint8, device=device)
+    q = torch.tensor([0, 44, 127, -128], dtype=torch.int8, device=device)
+
+    def f(u, q):
+        return (u != -1) & (q != 300), torch.where(u > 0, u, -1), (u > -1) | (q < -200)
+
+    got, backend = run_kernels(f, u, q, reference=reference)
+    assert len(backend.kernels) == 1
+    for g, e in zip(got, f(u, q)):
+        assert torch.equal(g, e)
+    for op in backend.kernels[0].kernel.ops:
+        if op.kind == "const" and op.dtype in (torch.uint8, torch.int8):
+            info = torch.iinfo(op.dtype)
+            assert info.min <= op.args[0] <= info.max, op
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.float16, torch.float64])
+def test_negative_floats_to_uint8_wrap_through_int64_as_in_eager(source, device):
+    # c10 converts a float to uint8 through int64 (-100.0 -> 156): a C cast straight to
+    # uint8_t is undefined for negatives, and gcc's vector loop gave 0 (Triton on a GPU
+    # saturates too). Fuzzer program 202611230001323.
+    x = torch.linspace(-150, 300, 64, device=device).to(source)
+
+    def f(x):
+        return x.clamp(-100, 200).to(torch.uint8), (x * 2).byte()
+
+    got, backend = run_kernels(f, x)
+    assert len(backend.kernels) == 1
+    for g, e in zip(got, f(x)):
+        assert torch.equal(g, e)
+
+
+@pytest.mark.parametrize("form", ["store", "sum"])
+def test_bf16_results_round_to_nearest_even_on_store(form, device):
+    # Triton's interpreter truncates .to(tl.bfloat16): a stored bf16 result 1.01171875 became
+    # 1.0078125 (eager 1.015625), and a sum of bf16 values whose fp32 total is a tie lost its
+    # even rounding (fuzzer program 1040000131).
+    x = torch.tensor([1.01171875, 11.09375, 11.03125, -1.01171875, 3.0e38, float("inf"),
+                      float("nan"), 1.0 + 2**-8], device=device)
+    b = torch.randn(5, 7, device=device).bfloat16()
+    b[0, :2] = torch.tensor([11.0625, 0.03125])
+    fns = {"store": (lambda x: (x * -1).neg().to(torch.bfloat16), x),
+           "sum": (lambda b: b.sum(-1), b)}
+    fn, arg = fns[form]
+    got, backend = run_kernels(fn, arg)
+    assert len(backend.kernels) == 1
+    assert torch.equal(got.float().nan_to_num(), fn(arg).float().nan_to_num())
+
+
 def test_integer_arithmetic(device):
     a = torch.randint(-1000, 1000, (7, 9), device=device)
     b = torch.randint(1, 50, (9,), device=device, dtype=torch.int32)

@@ -87,6 +87,40 @@ def test_a_conversion_the_program_asks_for_rounds_inside_a_kernel(form, dtype, r
         assert_close_to_eager(got, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["ge", "le", "eq", "int_number", "ne_scalar_first", "where",
+                                  "masked_fill", "clamp_max", "clamp_min", "ge_tensor",
+                                  "where_tensor", "maximum_tensor", "clamp_tensor"])
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_a_number_meets_fp16_values_in_their_dtype(form, dtype, reference, device):
+    # Eager converts a Python number, or a 0-dim fp32 tensor, to an fp16/bf16 tensor's dtype
+    # before comparing with it or selecting it: x >= 0.1 is True for x = half(0.1), and
+    # where(m, x, 0.1) holds half(0.1). A kernel compared with the fp32 0.1 (False) and kept
+    # 0.1 exact where .float() read it.
+    fns = {
+        "ge": lambda x, s: (x >= 0.1).float() + x.float(),
+        "le": lambda x, s: (x <= 0.3).float() + x.float(),
+        "eq": lambda x, s: torch.where(x == 0.1, 1.0, 2.0) + x.float(),
+        "int_number": lambda x, s: (x < 2049).float() + x.float(),  # 2049 is 2048 in fp16
+        "ne_scalar_first": lambda x, s: (0.3 != x).float() + x.float(),
+        "where": lambda x, s: torch.where(x > 0.2, x, 0.1).float() * 3,
+        "masked_fill": lambda x, s: x.masked_fill(x > 0.2, 0.3).float() * 3,
+        "clamp_max": lambda x, s: x.clamp(max=0.1).float() * 3,
+        "clamp_min": lambda x, s: (x.clamp(min=0.3) <= 0.3).float() + x.clamp(0.1, 0.3).float(),
+        "ge_tensor": lambda x, s: (x >= s).float() + x.float(),
+        "where_tensor": lambda x, s: torch.where(x > 0.2, x, s).float() * 3,
+        "maximum_tensor": lambda x, s: torch.maximum(x, s).float() * 3,
+        "clamp_tensor": lambda x, s: (x.clamp(min=s) <= s).float(),
+    }
+    x = (torch.randn(4, 40, device=device) * 0.3).to(dtype)
+    x[0, :5] = torch.tensor([0.1, 0.3, -0.1, 0.2, 2048.0]).to(dtype)
+    s = torch.tensor(0.1, device=device)
+    fn = fns[form]
+    got, backend = run_kernels(fn, x, s, reference=reference)
+    assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
+    assert torch.equal(got, fn(x, s))  # no fp16 rounding skipped: every step is exact
+
+
 def test_dropout_add_in_training_is_one_kernel(device):
     x = torch.randn(64, 64, device=device) + 5
     r = torch.randn(64, 64, device=device)
