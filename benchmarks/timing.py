@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -88,7 +89,12 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
     """Median milliseconds per call of each of ``fns`` (name -> zero-argument callable), timed in
     interleaved rounds (each round times every function once, for about ``target_s``), so that
     a noisy machine slows all of them alike and their ratios stay meaningful. The clock is
-    :func:`cpu_clock`'s."""
+    :func:`cpu_clock`'s.
+
+    Each round takes the functions in its own order (a fixed-seed shuffle): what runs just
+    before a function changes its time. At 2 threads the CNN timed right after eager torch
+    took about 2 ms (20%) longer, whichever compiler it was, and a fixed order eager, framejit,
+    Inductor had charged that to framejit in every run."""
     clock, _ = cpu_clock()
     number = {}
     for name, fn in fns.items():
@@ -97,8 +103,12 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
         fn()
         number[name] = max(1, int(target_s / max(time.perf_counter() - t0, 1e-7)))
     times: dict = {name: [] for name in fns}
+    order = list(fns)
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for name, fn in fns.items():
+        shuffle(order)
+        for name in order:
+            fn = fns[name]
             t0 = clock()
             for _ in range(number[name]):
                 fn()
