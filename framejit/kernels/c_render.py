@@ -801,7 +801,7 @@ class _Renderer:
         k = self.k
         plain = [(set(), []) for _ in loops]
         self.scratch = {}
-        length = self.rnumel if isinstance(self.rnumel, int) else self.row_cap
+        length = self.buffer_length
         if self.block is not None or len(loops) < 2 or (isinstance(self.rnumel, int) and self.rnumel <= 0):
             return plain
         buffered: set[int] = set()
@@ -860,8 +860,19 @@ class _Renderer:
                 return b.name
         return None
 
+    @property
+    def buffer_length(self) -> int | None:
+        """The length of a row buffer: the static row length, else :attr:`row_cap`."""
+        return self.rnumel if isinstance(self.rnumel, int) else self.row_cap
+
+    def kept(self, i: int) -> str:
+        """Where row-buffered op ``i`` is kept at point ``r``: its row buffer, or the output row
+        that holds it (:meth:`output_scratch`)."""
+        name = self.scratch.get(i)
+        return f"b{i}[r]" if name is None else f"{name}[{self.offset(name, FULL)}]"
+
     def declare_row_buffers(self, plan, indent: str) -> None:
-        length = self.rnumel if isinstance(self.rnumel, int) else self.row_cap
+        length = self.buffer_length
         for i, name in self.scratch.items():
             self.lines.append(f"{indent}/* {name}'s row holds t{i} until the last loop (fj_scratch) */")
         for _, fill in plan:
@@ -876,9 +887,7 @@ class _Renderer:
         for i in indices:
             op = self.k.ops[i]
             if i in self.avail:
-                at = (f"{self.scratch[i]}[{self.offset(self.scratch[i], FULL)}]" if i in self.scratch
-                      else f"b{i}[r]")
-                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {at};")
+                self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {self.kept(i)};")
                 continue
             if op.kind == "store":
                 self.store(op, indent)
@@ -987,8 +996,7 @@ class _Renderer:
         self.define_dims(self.rdims, "r", "r", inner)
         self.emit(body, inner)
         for i in self.fill:
-            at = f"{self.scratch[i]}[{self.offset(self.scratch[i], FULL)}]" if i in self.scratch else f"b{i}[r]"
-            self.lines.append(f"{inner}{at} = t{i};")
+            self.lines.append(f"{inner}{self.kept(i)} = t{i};")
         for i in group:
             kind, src = k.ops[i].args
             v = f"t{src}"
