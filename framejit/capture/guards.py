@@ -66,6 +66,10 @@ class Guard:
         """Why ``value`` fails the guard, or None if it passes."""
         raise NotImplementedError
 
+    def implied_type(self) -> type | None:
+        """The type the value must have to pass (its test includes that of a TypeGuard)."""
+        return getattr(self, "typ", None)
+
 
 class IdGuard(Guard):
     order = 10
@@ -76,6 +80,9 @@ class IdGuard(Guard):
 
     def code(self, v, names):
         return [f"if {v} is not {names(self.obj)}: return False"]
+
+    def implied_type(self):
+        return type(self.obj)
 
     def reason(self, value):
         if value is self.obj:
@@ -97,6 +104,9 @@ class TypeGuard(Guard):
         if type(value) is self.typ:
             return None
         return f"type({self.source.name()}): {self.typ.__name__} → {type(value).__name__}"
+
+    def implied_type(self):
+        return None  # its own test, which a stronger guard on the source may make redundant
 
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
@@ -130,6 +140,9 @@ class EqualsGuard(Guard):
         if isinstance(value, float) and value != value:
             return [f"if type({v}) is not float or {v} == {v}: return False"]
         return [f"if type({v}) is not {names(type(value))} or {v} != {rhs}: return False"]
+
+    def implied_type(self):
+        return type(self.value)
 
     def reason(self, value):
         if type(value) is type(self.value) and (value == self.value or (value != value and self.value != self.value)):
@@ -436,13 +449,24 @@ class GuardSet:
         if self.check_global_hooks:
             tables = " or ".join(names(t) for t in _global_hook_tables())
             lines.append(f"if {tables}: return False")
+        # A type test that a stronger guard on the same value repeats (an equality or identity
+        # test, a tensor's metadata) is left out, and so is any test written twice: the guard
+        # function's source is compiled on every capture, and its size is most of that cost.
+        implied = {(g.source, g.implied_type()) for g in self.guards if not isinstance(g, TypeGuard)}
+        written: set[str] = set()
         for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
+            if isinstance(guard, TypeGuard) and (guard.source, guard.typ) in implied:
+                continue
             if isinstance(guard, AliasGuard):
-                lines.extend(guard.code2(value_of(guard.source), value_of(guard.other)))
+                tests = guard.code2(value_of(guard.source), value_of(guard.other))
             elif isinstance(guard, DistinctGuard):
-                lines.extend(guard.code_n([value_of(s) for s in guard.sources]))
+                tests = guard.code_n([value_of(s) for s in guard.sources])
             else:
-                lines.extend(guard.code(value_of(guard.source), names))
+                tests = guard.code(value_of(guard.source), names)
+            for test in tests:
+                if test not in written:
+                    written.add(test)
+                    lines.append(test)
         if self.size_guard is not None:
             lines.extend(self.size_guard.code_with(value_of))
         body = "\n        ".join(lines)

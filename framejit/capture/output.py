@@ -10,6 +10,7 @@ runs a code object in the caller's frame.
 
 from __future__ import annotations
 
+import dis
 import itertools
 import linecache
 import operator
@@ -17,7 +18,7 @@ import re
 import types
 
 import torch
-from bytecode import Bytecode, CellVar, FreeVar, Instr
+from bytecode import UNSET, Bytecode, CellVar, FreeVar, Instr
 
 from .. import _C
 from ..errors import Unsupported
@@ -420,19 +421,34 @@ class EntryCodegen:
 
 def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
     """A code object with ``code``'s signature, cells and free variables whose body is
-    ``return entry(<argument slots>)``."""
-    bc = Bytecode.from_code(code)
+    ``return entry(<argument slots>)``.
+
+    Only the prefix CPython runs before the body (``MAKE_CELL``, ``COPY_FREE_VARS``, up to
+    ``RESUME``) is read from ``code``: parsing a whole long ``forward`` with the bytecode library
+    cost milliseconds of a first call."""
     lineno = code.co_firstlineno
     prefix = []
-    for item in bc:
-        if not isinstance(item, Instr):
-            continue
-        prefix.append(Instr(item.name, item.arg, lineno=lineno))
-        if item.name == "RESUME":
+    for ins in dis.get_instructions(code):
+        if ins.opname == "MAKE_CELL":
+            arg = CellVar(ins.argval)
+        elif ins.opname in ("COPY_FREE_VARS", "RESUME"):
+            arg = ins.arg
+        else:  # a generator's RETURN_GENERATOR, POP_TOP
+            arg = UNSET if ins.arg is None else ins.arg
+        prefix.append(Instr(ins.opname, arg, lineno=lineno))
+        if ins.opname == "RESUME":
             break
+    bc = Bytecode()
+    for attr in ("argcount", "posonlyargcount", "kwonlyargcount", "name", "qualname", "filename"):
+        setattr(bc, attr, getattr(code, "co_" + attr))
+    bc.flags = code.co_flags
+    bc.first_lineno = lineno
+    bc.argnames = list(compat.arg_slot_names(code))
+    bc.cellvars = list(code.co_cellvars)
+    bc.freevars = list(code.co_freevars)
     cells = set(code.co_cellvars)
-    names = compat.arg_slot_names(code)
-    body = list(prefix)
+    names = bc.argnames
+    body = prefix
     if compat.PY313:
         body += [Instr("LOAD_CONST", entry, lineno=lineno), Instr("PUSH_NULL", lineno=lineno)]
     else:
@@ -449,7 +465,6 @@ def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
         body.append(Instr("PRECALL", nargs, lineno=lineno))
     body.append(Instr("CALL", nargs, lineno=lineno))
     body.append(Instr("RETURN_VALUE", lineno=lineno))
-    bc.clear()
     bc.extend(body)
     return to_code(bc)
 

@@ -13,6 +13,8 @@ A source is a path from the frame's arguments or globals (``x``, ``self.layer.we
 
 from __future__ import annotations
 
+from .compat import py_name
+
 
 class Source:
     __slots__ = ("key",)
@@ -113,7 +115,6 @@ class LocalSource(Source):
         self.key = ("L", local)
 
     def expr(self, names):
-        from .compat import py_name
         return py_name(self.local)
 
     def name(self):

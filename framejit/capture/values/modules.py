@@ -4,7 +4,6 @@ tables, submodules are guarded by identity, ``forward`` is inlined, and containe
 
 from __future__ import annotations
 
-import inspect
 import types
 
 from torch import nn
@@ -17,7 +16,7 @@ from .base import BoundMethod, Value
 from .constants import const
 from .containers import IteratorValue, ListValue, TupleValue
 from .exceptions import raise_python
-from .lookup import MISSING
+from .lookup import MISSING, class_lookup
 
 
 def _has_hooks(mod: nn.Module) -> bool:
@@ -62,7 +61,7 @@ class ModuleValue(Value):
         # class's other attributes, then Module.__getattr__ (parameters, buffers, submodules).
         # A method named like a submodule is therefore the method, as in eager.
         mod = self.module
-        attr = inspect.getattr_static(type(mod), name, MISSING)
+        attr = class_lookup(type(mod), name)
         if isinstance(attr, property):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
@@ -104,7 +103,7 @@ class ModuleValue(Value):
                 or issubclass(value.python_type(), (nn.Parameter, nn.Module)):
             raise Unsupported(f"assigning .{name} on {self.describe()} (a parameter or submodule)",
                               "assign parameters and submodules outside the compiled function")
-        static = inspect.getattr_static(type(mod), name, MISSING)
+        static = class_lookup(type(mod), name)
         if static is not MISSING and hasattr(type(static), "__set__"):
             raise Unsupported(f"assigning .{name} on {self.describe()}, a property or descriptor")
         tx.output.side_effects.store_attr(self, name, value)
@@ -115,7 +114,7 @@ class ModuleValue(Value):
     def _user_dunder(self, name: str):
         """``name`` (``__getitem__``, ``__len__``...) when the module's class defines it in Python
         outside torch.nn (torch's containers are handled here directly)."""
-        fn = inspect.getattr_static(type(self.module), name, None)
+        fn = class_lookup(type(self.module), name)
         if isinstance(fn, types.FunctionType) and not (fn.__module__ or "").startswith("torch.nn."):
             return fn
         return None
@@ -141,7 +140,7 @@ class ModuleValue(Value):
         if forward is not None:
             from .builder import wrap
             return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
-        static = inspect.getattr_static(type(mod), "forward", None)
+        static = class_lookup(type(mod), "forward")
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
             return tx.inline_function(static.__func__, list(args), kwargs)  # no self
         fn = type(mod).forward
@@ -228,7 +227,7 @@ _CONTAINER_METHODS = {"children", "named_children", "keys", "values", "items"}
 
 
 def is_builtin_container_method(mod: nn.Module, name: str) -> bool:
-    fn = inspect.getattr_static(type(mod), name, None)
+    fn = class_lookup(type(mod), name)
     return name in _CONTAINER_METHODS and getattr(fn, "__module__", "").startswith("torch.nn")
 
 

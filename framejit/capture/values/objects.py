@@ -152,7 +152,7 @@ class UserObjectValue(Value):
     # ``in``, indexing and ``len`` on objects whose class implements them in Python (mapping
     # registries built on collections.abc): the method is inlined.
     def _python_dunder(self, name: str):
-        fn = inspect.getattr_static(type(self.obj), name, None)
+        fn = class_lookup(type(self.obj), name)
         return fn if isinstance(fn, types.FunctionType) else None
 
     def contains(self, tx, item):
@@ -203,7 +203,7 @@ class UserObjectValue(Value):
         """An attribute write on an object from outside: recorded and replayed after the graph,
         for plain attributes of classes that do not customise attribute assignment."""
         cls = type(self.obj)
-        static = inspect.getattr_static(cls, name, MISSING)
+        static = class_lookup(cls, name)
         if cls.__setattr__ is not object.__setattr__ \
                 or not hasattr(self.obj, "__dict__") or is_data_descriptor(static):
             return super().setattr(tx, name, value)
@@ -231,7 +231,7 @@ class UserObjectValue(Value):
         return wrap(tx, value, AttrSource(self.source, name))
 
     def call(self, tx, args, kwargs):
-        call = inspect.getattr_static(type(self.obj), "__call__", None)
+        call = class_lookup(type(self.obj), "__call__")
         if isinstance(call, types.FunctionType):
             return tx.inline_function(call, [self, *args], kwargs)
         return super().call(tx, args, kwargs)
