@@ -311,11 +311,13 @@ def _gelu(b, input, approximate="none"):
         # 0.5 * x * (1 + erf(x / sqrt(2))) stays one op: its erf needs only GELU's accuracy
         # (eager's CPU GELU approximates it), which a C kernel computes faster than torch.erf's.
         return b.convert(b.unary("gelu", x), b.out.dtype)
-    # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
-    half_x = b.mul(x, 0.5)
+    # 0.5 * x * (1 + tanh(u)) with u = sqrt(2 / pi) * (x + 0.044715 * x^3), computed as the
+    # equal x * sigmoid(2u) = x / (1 + exp(-2u)): one exp, cheaper than a tanh, and no
+    # cancellation in 1 + tanh(u) for negative u (where eager's value keeps only a few bits).
+    # The limits agree with eager's: x for large x, -0 for very negative x, NaN at -inf.
     cube = b.mul(b.mul(x, x), x)
-    inner = b.unary("tanh", b.mul(b.add(x, b.mul(cube, 0.044715)), _SQRT_2_OVER_PI))
-    return b.convert(b.mul(half_x, b.add(inner, 1.0)), b.out.dtype)
+    minus_2u = b.mul(b.add(x, b.mul(cube, 0.044715)), -2 * _SQRT_2_OVER_PI)
+    return b.convert(b.div(x, b.add(b.unary("exp", minus_2u), 1.0)), b.out.dtype)
 
 
 @RULES.register(F.silu)

@@ -3,6 +3,8 @@ in parts, sums in chunks, fp16/bf16 rounding bit for bit, the disk cache, and wh
 without a C compiler. (Every other kernel test runs through C too: see conftest's
 ``renderer``.)"""
 
+import math
+
 import pytest
 import torch
 
@@ -420,8 +422,6 @@ def test_gelu_is_as_close_to_the_exact_value_as_eager_s_own():
     # own CPU GELU is up to 1.2e-6 off), within 2.5e-7 relative for x > 0, never turns a
     # negative x's GELU positive, and keeps eager's NaNs (NaN, -inf). gelu(+inf) is +inf
     # (the exact value; eager's CPU kernel gives NaN).
-    import math
-
     bits = torch.arange(0, 2**32, 4099, dtype=torch.int64)
     bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
     x = torch.cat([bits.view(torch.float32), torch.linspace(-12, 12, 200001),
@@ -437,6 +437,35 @@ def test_gelu_is_as_close_to_the_exact_value_as_eager_s_own():
     assert torch.equal(got.isnan(), x.isnan() | (x == float("-inf")))
     assert got[x == float("inf")].item() == float("inf")
     assert torch.equal(got[x == 0].signbit(), x[x == 0].signbit())
+
+
+def test_tanh_gelu_is_closer_to_the_exact_value_than_eager_s_own():
+    # GELU's tanh form is computed as x / (1 + exp(-2u)), which equals 0.5 x (1 + tanh(u)).
+    # Where u < 0, eager's 1 + tanh(u) cancels: for x < -3 its result keeps almost no correct
+    # bits, ours stays within a few hundred ulps (the rounding of u, magnified by exp). For
+    # x > 0 both are within about one ulp, and the special values are eager's: -0 for very
+    # negative x, NaN at NaN and -inf, +inf at +inf.
+    bits = torch.arange(0, 2**32, 4099, dtype=torch.int64)
+    bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+    x = torch.cat([bits.view(torch.float32), torch.linspace(-12, 12, 200001),
+                   torch.tensor([float("nan"), float("inf"), float("-inf"), 0.0, -0.0])])
+    fn = lambda x: torch.nn.functional.gelu(x, approximate="tanh")  # noqa: E731
+    got, backend = run_kernels(fn, x)
+    assert len(backend.kernels) == 1
+    xd = x.double()
+    exact = xd * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd**3))
+    eager = fn(x)
+    ulps = ((got.double() - exact).abs() / (exact.abs() * 2**-23).clamp_min(1e-45))
+    eager_ulps = ((eager.double() - exact).abs() / (exact.abs() * 2**-23).clamp_min(1e-45))
+    normal = exact.isfinite() & (exact.abs() > 1e-30)
+    assert ulps[normal & (x > 0)].max() <= 1.5
+    assert ulps[normal & (x < 0) & (x > -3)].max() <= 16
+    assert ulps[normal & (x <= -3)].max() <= 256 < eager_ulps[normal & (x <= -3)].max()
+    assert torch.equal(got.isnan(), eager.isnan())
+    assert torch.equal(got[~got.isnan()].signbit(), eager[~eager.isnan()].signbit())
+    assert torch.equal(got[got.isinf()], eager[eager.isinf()])
+    assert_close_to_eager(got, eager)
+
 
 def _mlp(x, w, b, r, lw, lb):
     h = torch.relu(x @ w + b)
