@@ -35,15 +35,28 @@ class SideEffects:
         self._calls: dict = {}
         self._call_count = 0
         self._order: list = []  # keys in the order the first write happened
+        self._raw_attrs: set = set()  # attribute writes replayed by object.__setattr__
 
     def __bool__(self) -> bool:
         return bool(self._order)
 
     # -- recording --------------------------------------------------------------------------------
-    def store_attr(self, owner, name: str, value) -> None:
+    def store_attr(self, owner, name: str, value, raw: bool = False) -> None:
+        """``owner.name = value``; ``raw``: written by ``object.__setattr__`` (from inside a
+        class's own ``__setattr__``), which the replay calls too, so the class's method does not
+        run a second time."""
         key = ("attr", _owner_source(owner).key, name)
         self._remember(key)
         self._attrs[key] = (owner, name, value)
+        if raw:
+            self._raw_attrs.add(key)
+        else:
+            self._raw_attrs.discard(key)
+
+    def writes_attrs_of(self, owner) -> bool:
+        """Whether an attribute of ``owner`` was written in this capture."""
+        source = _owner_source(owner)
+        return source is not None and any(k[1] == source.key for k in self._attrs)
 
     def load_attr(self, owner, name: str):
         source = _owner_source(owner)
@@ -134,7 +147,12 @@ class SideEffects:
             if kind in _ASSIGNMENTS:
                 record = getattr(self, _ASSIGNMENTS[kind])[key]
                 values.append(f"___e{k} = {cg.expr(record[-1])}")
-                writes.append(f"{_target(cg, kind, record)} = ___e{k}")
+                if key in self._raw_attrs:
+                    owner, name, _ = record
+                    writes.append(f"{cg.const_name(object.__setattr__)}("
+                                  f"{cg.source_expr(_owner_source(owner))}, {name!r}, ___e{k})")
+                else:
+                    writes.append(f"{_target(cg, kind, record)} = ___e{k}")
             elif kind == "call":
                 container, method, args = self._calls[key]
                 values.append(f"___e{k} = ({', '.join(cg.expr(a) for a in args)},)")

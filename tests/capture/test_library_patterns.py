@@ -2,6 +2,8 @@
 super().__getattribute__, the frame's own **kwargs mutated, inspecting a function's code,
 import statements, torch.compiler queries."""
 
+import typing
+
 import torch
 
 import framejit
@@ -166,3 +168,91 @@ def test_environment_variables_are_read_and_guarded(stats, monkeypatch):
     assert_close_to_eager(compiled(x), x * 2)
     assert (stats.graph_breaks, stats.recompiles) == (0, 1)
     assert "os.environ['FRAMEJIT_TEST_FLAG']: None → '1'" in stats.recompile_reasons[0][1]
+
+
+class ValidatingConfig(AliasingConfig):
+    """Like transformers' configs under huggingface_hub's strict dataclasses: ``__setattr__`` in
+    Python checks the value against an annotation (``typing.get_args`` of ``int | None``), maps
+    the name, counts the write, and ends in ``super().__setattr__``."""
+
+    checked: dict = {"hidden_size": int | None, "is_causal": bool | None}
+
+    def __init__(self, hidden_size, use_bias):
+        object.__setattr__(self, "writes", 0)
+        super().__init__(hidden_size, use_bias)
+
+    def __setattr__(self, key, value):
+        if key in type(self).attribute_map:
+            key = type(self).attribute_map[key]
+        expected = type(self).checked.get(key)
+        if expected is not None and not isinstance(value, typing.get_args(expected)):
+            raise TypeError(f"{key} must be one of {len(typing.get_args(expected))} types")
+        object.__setattr__(self, "writes", self.writes + 1)
+        super().__setattr__(key, value)
+
+
+def overrides_config_for_the_call(x, cfg):
+    # transformers' merge_with_config_defaults: set a config value for the call, restore it after.
+    original = cfg.hidden
+    cfg.hidden = 2  # written as hidden_size
+    cfg.is_causal = True
+    try:
+        y = x[..., : cfg.hidden] * (2 if cfg.is_causal else 3)
+    finally:
+        cfg.hidden = original
+    return y + cfg.hidden
+
+
+def test_config_attribute_writes_through_its_own_setattr_are_one_graph(stats):
+    x = torch.randn(2, 5)
+    cfg, reference = ValidatingConfig(3, True), ValidatingConfig(3, True)
+    compiled = framejit.compile(overrides_config_for_the_call)
+    for _ in range(2):
+        assert_close_to_eager(compiled(x, cfg), overrides_config_for_the_call(x, reference))
+        assert vars(cfg) == vars(reference)
+    # Each write ran the class's __setattr__ once (its count), not once more in the replay.
+    assert cfg.writes == reference.writes == 2 + 3 * 2
+    assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
+    assert stats.captured == 1
+
+
+def writes_then_reads_an_alias(x, cfg):
+    cfg.hidden_size = 2
+    return x[..., : cfg.hidden]  # the class maps "hidden" to the name just written
+
+
+def test_a_name_the_class_maps_reads_the_value_written_in_the_frame():
+    # Reading ``cfg.hidden`` after ``cfg.hidden_size = 2`` took the real object's old value (3).
+    x = torch.randn(2, 5)
+    cfg, reference = AliasingConfig(3, True), AliasingConfig(3, True)
+    got = framejit.compile(writes_then_reads_an_alias)(x, cfg)
+    assert_close_to_eager(got, writes_then_reads_an_alias(x, reference))
+    assert got.shape == (2, 2) and cfg.hidden_size == 2
+
+
+def rejected_write(x, cfg):
+    try:
+        cfg.hidden = "wide"
+    except TypeError:
+        return x * 2, cfg.hidden
+    return x, cfg.hidden
+
+
+def test_a_write_its_setattr_rejects_raises_as_in_eager(stats):
+    x = torch.randn(3)
+    cfg, reference = ValidatingConfig(3, True), ValidatingConfig(3, True)
+    assert_close_to_eager(framejit.compile(rejected_write)(x, cfg), rejected_write(x, reference))
+    assert vars(cfg) == vars(reference)
+    assert (stats.graphs, stats.graph_breaks) == (1, 0)
+
+
+def union_members(x, annotation):
+    kinds = typing.get_args(annotation)
+    return x + len(kinds), typing.get_origin(list[int]) is list
+
+
+def test_typing_unions_are_read_as_constants(stats):
+    x = torch.randn(3)
+    compiled = framejit.compile(union_members)
+    assert_close_to_eager(compiled(x, int | None), union_members(x, int | None))
+    assert (stats.graphs, stats.graph_breaks) == (1, 0)

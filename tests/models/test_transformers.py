@@ -31,6 +31,13 @@ MODELS = {
                                                             n_positions=64, rotary_dim=8, bos_token_id=0,
                                                             eos_token_id=0)),
                 {}, "logits"),
+    # BART's config has is_causal, which transformers' merge_with_config_defaults sets for the
+    # call and restores (through the config's validating __setattr__), and its decoder cache
+    # deep-copies the config and renames keys on the copy (get_text_config).
+    "bart": (lambda: T.BartModel(T.BartConfig(encoder_layers=2, decoder_layers=2, d_model=64,
+                                              encoder_attention_heads=4, decoder_attention_heads=4,
+                                              encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=128)),
+             {}, "last_hidden_state"),
     "t5": (lambda: T.T5Model(T.T5Config(num_layers=2, d_model=64, num_heads=4, d_ff=128, d_kv=16,
                                         vocab_size=128)),
            {"decoder_input_ids": IDS}, "last_hidden_state"),

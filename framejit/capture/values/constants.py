@@ -108,7 +108,7 @@ class ConstantValue(Value):
         if isinstance(attr, types.MappingProxyType) and isinstance(self.value, inspect.Signature):
             from .containers import DictValue
             return DictValue({k: ConstantValue(v) for k, v in attr.items()})  # sig.parameters
-        if callable(attr):
+        if callable(attr) and not isinstance(attr, type):  # list[int].__origin__ is a value
             if not fold_call_allowed(type(self.value), name):
                 raise Unsupported(f"calling {type(self.value).__name__}.{name}()")
             return ConstantMethodValue(attr, f"{type(self.value).__name__}.{name}")

@@ -12,6 +12,7 @@ from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
 from .attributes import generic_getattr, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
+from .constants import const
 from .containers import DictValue, IteratorValue
 from .exceptions import raise_python
 from .functions import MethodValue
@@ -23,6 +24,11 @@ from .lookup import MISSING, class_lookup, is_data_descriptor
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
 _GENERIC_GETATTRIBUTE = (object.__getattribute__, types.SimpleNamespace.__getattribute__,
                          vars(dict)["__getattribute__"])
+
+
+#: Immutable objects whose class looks attributes up in C (``__getattribute__`` is not
+#: object's): ``X | Y`` and ``list[int]``, whose ``__args__``/``__origin__`` validators read.
+_IMMUTABLE_WITH_C_GETATTR = (types.UnionType, types.GenericAlias)
 
 
 class UserObjectValue(Value):
@@ -93,19 +99,18 @@ class UserObjectValue(Value):
         return self.obj
 
     def getattr(self, tx, name):
-
-        written = tx.output.side_effects.load_attr(self, name)
-        if written is not None:
-            return written
-        obj = self.obj
-        cls = type(obj)
-        if cls.__getattribute__ not in _GENERIC_GETATTRIBUTE:
+        if type(self.obj).__getattribute__ not in _GENERIC_GETATTRIBUTE:
+            # Not the written value directly: the class may read another name (a config's
+            # attribute_map), and that is the one written.
             return self._getattr_through_class(tx, name)
         return self.generic_getattr(tx, name)
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
         overrides (what ``super().__getattribute__(name)`` reaches); see :mod:`.attributes`."""
+        written = tx.output.side_effects.load_attr(self, name)
+        if written is not None:
+            return written
         obj = self.obj
         if isinstance(obj, dict) and defined_by_dict(type(obj), name) \
                 and self.instance_attr(tx, name) is MISSING:
@@ -201,22 +206,51 @@ class UserObjectValue(Value):
 
     def setattr(self, tx, name, value):
         """An attribute write on an object from outside: recorded and replayed after the graph,
-        for plain attributes of classes that do not customise attribute assignment."""
-        cls = type(self.obj)
-        static = class_lookup(cls, name)
-        if cls.__setattr__ is not object.__setattr__ \
-                or not hasattr(self.obj, "__dict__") or is_data_descriptor(static):
-            return super().setattr(tx, name, value)
-        tx.output.side_effects.store_attr(self, name, value)
+        for plain attributes. A class's own ``__setattr__`` written in Python (a config's
+        validation and name mapping) is inlined; the ``object.__setattr__`` it ends in records
+        the write (:meth:`object_setattr`)."""
+        custom = type(self.obj).__setattr__
+        if custom is object.__setattr__:
+            return self.object_setattr(tx, name, value, raw=False)  # replayed as `obj.name = v`
+        if isinstance(custom, types.FunctionType):
+            tx.inline_function(custom, [self, const(name), value], {})
+            return
+        return super().setattr(tx, name, value)
+
+    def object_setattr(self, tx, name: str, value, raw: bool = True):
+        """``object.__setattr__(obj, name, value)`` into the instance dict, replayed the same way
+        (``raw``)."""
+        if not isinstance(getattr(self.obj, "__dict__", None), dict) \
+                or is_data_descriptor(class_lookup(type(self.obj), name)):
+            raise Unsupported(f"assigning .{name} on {self.describe()} (a property, slot or "
+                              "descriptor, or an object without an instance dict)",
+                              "attribute writes are captured for plain attributes; assign it "
+                              "outside the compiled function")
+        tx.output.side_effects.store_attr(self, name, value, raw=raw)
 
     def _getattr_through_class(self, tx, name):
         """Attribute reads of a class with its own ``__getattribute__`` (transformers' configs map
         names that way): read the real attribute now, and guard the value read the same way on
         every call, so the answer is only reused while that read still gives it."""
-        from .builder import wrap
+        from .builder import wrap, wrap_sourceless
 
-        if self.source is None:
+        if tx.output.side_effects.writes_attrs_of(self):
+            # The real object does not hold what this capture wrote yet: look it up by the
+            # class's own method, which reads the written values.
+            custom = type(self.obj).__getattribute__
+            if not isinstance(custom, types.FunctionType):
+                raise Unsupported(f"reading .{name} of {self.describe()} after writing its "
+                                  "attributes: its class customises attribute access in C")
+            return tx.inline_function(custom, [self, const(name)], {})
+        if self.source is None and type(self.obj) not in _IMMUTABLE_WITH_C_GETATTR:
             raise Unsupported(f"reading .{name} of {self.describe()}, whose class customises attribute access")
+        if self.source is None:
+            # ``int | None`` read from an annotation (``typing.get_args`` in a validator): the
+            # object cannot change, so what it gives now it gives on every call.
+            value = getattr(self.obj, name)
+            if callable(value) and not isinstance(value, type):
+                raise Unsupported(f"calling .{name} of {self.describe()}")
+            return wrap_sourceless(tx, value)
         try:
             value = getattr(self.obj, name)
         except AttributeError:
