@@ -15,6 +15,7 @@ program order inside the graph.
 
 from __future__ import annotations
 
+from ..errors import Unsupported
 from .sources import Source
 
 
@@ -36,6 +37,9 @@ class SideEffects:
         self._call_count = 0
         self._order: list = []  # keys in the order the first write happened
         self._raw_attrs: set = set()  # attribute writes replayed by object.__setattr__
+        #: id of an outside object's instance dict -> [the dict, the object's value or None,
+        #: the dict's own value or None] (see note_owner)
+        self._instance_dicts: dict = {}
 
     def __bool__(self) -> bool:
         return bool(self._order)
@@ -45,6 +49,10 @@ class SideEffects:
         """``owner.name = value``; ``raw``: written by ``object.__setattr__`` (from inside a
         class's own ``__setattr__``), which the replay calls too, so the class's method does not
         run a second time."""
+        held = self._instance_dicts.get(_instance_dict_id(owner))
+        if held is not None and held[2] is not None:
+            raise Unsupported(f"assigning .{name} on {owner.describe()} while the function also "
+                              "holds its __dict__", "read the attribute instead of __dict__")
         key = ("attr", _owner_source(owner).key, name)
         self._remember(key)
         self._attrs[key] = (owner, name, value)
@@ -111,7 +119,39 @@ class SideEffects:
         entry = self._cells.get(("cell", cell_source.key))
         return entry[1] if entry is not None else None
 
+    # -- an object's attributes and its __dict__: one storage, two values ----------------------
+    #
+    # ``o.a = 5`` is recorded on o's value, ``o.__dict__["a"] = 5`` on the dict's: a read through
+    # the other one would see the real object's old data. Once both are held in a capture,
+    # neither may have been written or be written.
+
+    def note_owner(self, owner) -> None:
+        """An outside object (its value ``owner``) is read in the frame."""
+        key = _instance_dict_id(owner)
+        if key is not None:
+            entry = self._instance_dicts.setdefault(key, [_instance_dict(owner), None, None])
+            entry[1] = owner
+            self._check_instance_dict(entry)
+
+    def note_dict(self, value, d: dict) -> None:
+        """A dict from outside (its value ``value``) is read in the frame."""
+        entry = self._instance_dicts.setdefault(id(d), [d, None, None])
+        entry[2] = value
+        self._check_instance_dict(entry)
+
+    def _check_instance_dict(self, entry) -> None:
+        _, owner, value = entry
+        if owner is None or value is None:
+            return
+        if self.writes_attrs_of(owner) or ("container", id(value)) in self._containers:
+            raise Unsupported(f"reading both the attributes and the __dict__ of {owner.describe()} "
+                              "after writing one of them", "read the attributes only")
+
     def mutate_container(self, container) -> None:
+        for _, owner, value in self._instance_dicts.values():
+            if value is container and owner is not None:
+                raise Unsupported(f"changing the __dict__ of {owner.describe()} while the "
+                                  "function also reads its attributes", "assign the attribute instead")
         key = ("container", id(container))
         self._remember(key)
         self._containers[key] = container
@@ -197,6 +237,22 @@ def _reaches(path, source: Source) -> bool:
             return True
         path = getattr(path, "base", None)
     return False
+
+
+def _instance_dict(owner):
+    obj = getattr(owner, "obj", None)
+    if obj is None:
+        obj = getattr(owner, "module", None)
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return d if type(d) is dict else None
+
+
+def _instance_dict_id(owner):
+    d = _instance_dict(owner)
+    return id(d) if d is not None else None
 
 
 def _owner_source(owner):

@@ -810,3 +810,73 @@ def test_graph_error_caught_by_try_when_a_grad_mode_block_spans_a_break(fn, idx,
         got = compiled(i, idx)
         assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
         assert torch.is_grad_enabled()
+
+
+# -- an object's attributes and its __dict__ are one storage -------------------------------------
+
+class Record:
+    def __init__(self):
+        self.a = 1
+
+
+class DictReader(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = 1
+
+    def forward(self, x):
+        self.a = 5
+        return x * self.__dict__["a"]
+
+
+def attr_then_dict(x, o):
+    o.a = 5
+    return x * o.__dict__["a"]
+
+
+def new_attr_then_dict(x, o):
+    o.b = 5
+    return x + ("b" in o.__dict__)
+
+
+def dict_then_attr(x, o):
+    d = o.__dict__
+    o.a = 5
+    return x * d["a"]
+
+
+def dict_item_then_attr(x, o):
+    o.__dict__["a"] = 7
+    return x * o.a
+
+
+def held_dict_item_then_attr(x, o):
+    d = o.__dict__
+    d["a"] = 7
+    return x * o.a
+
+
+def dict_across_a_break(x, o):
+    d = vars(o)  # a graph break: o and d reach the rest as two arguments
+    o.a = 5
+    return x * d["a"]
+
+
+@pytest.mark.parametrize("fn", [attr_then_dict, new_attr_then_dict, dict_then_attr,
+                                dict_item_then_attr, held_dict_item_then_attr, dict_across_a_break],
+                         ids=lambda f: f.__name__)
+def test_attributes_and_dict_of_an_object_from_outside_agree(fn):
+    # Each read the object's old data through the path the frame had not written (1, not 5).
+    x = torch.ones(2)
+    compiled = framejit.compile(fn)
+    for _ in range(2):
+        mine, theirs = Record(), Record()
+        torch.testing.assert_close(compiled(x, mine), fn(x, theirs))
+        assert vars(mine) == vars(theirs)
+
+
+def test_a_module_s_attribute_written_then_read_through_its_dict():
+    mine, theirs = DictReader(), DictReader()
+    x = torch.ones(2)
+    torch.testing.assert_close(framejit.compile(mine)(x), theirs(x))
+    assert mine.a == theirs.a == 5

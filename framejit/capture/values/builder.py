@@ -112,6 +112,10 @@ def wrap(tx, obj, source: Source) -> Value:
         if first is not v:
             tx.output.guards.add(G.AliasGuard(source, first.source, True))
             v = first
+    if isinstance(v, (UserObjectValue, ModuleValue)):
+        tx.output.side_effects.note_owner(v)
+    elif isinstance(v, DictValue):
+        tx.output.side_effects.note_dict(v, obj)
     cache[source.key] = v
     return v
 

@@ -78,7 +78,10 @@ class ModuleValue(Value):
             if isinstance(attr, classmethod):
                 from .functions import MethodValue
                 return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
-            return wrap_sourceless(tx, getattr(mod, name))
+            value = wrap_sourceless(tx, getattr(mod, name))
+            if name == "__dict__":  # the storage of the attributes this capture reads and writes
+                tx.output.side_effects.note_dict(value, mod.__dict__)
+            return value
         if type(mod).__getattr__ is not nn.Module.__getattr__:
             return python_getattr_hook(tx, self, name)
         for table in ("_parameters", "_buffers", "_modules"):
