@@ -126,6 +126,9 @@ def main():
                     help="--device cuda: keep the usual compile caches (first calls may be warm)")
     ap.add_argument("--stages", action="store_true",
                     help="--threads N: print where each framejit first call spent its time")
+    ap.add_argument("--corpus", action="store_true",
+                    help="--threads N: also 19 more transformers architectures (GPT-NeoX, OPT, "
+                         "Falcon, Mistral, ..., BART)")
     ap.add_argument("--model", default=None,
                     help="--threads N: comma-separated model names to run (default: all), e.g. T5,BERT")
     opts = ap.parse_args()
@@ -428,6 +431,59 @@ def _cpu_forward_cases():
     return cases
 
 
+def _cpu_corpus_cases():
+    """(name, make model, args, kwargs): more transformers architectures at the same CPU
+    serving sizes (``--corpus``)."""
+    import transformers as T
+
+    batch, seq, width, heads, layers, vocab = 2, 128, 256, 4, 2, 4096
+    tokens = lambda: torch.randint(0, vocab, (batch, seq))  # noqa: E731
+    common = dict(num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+                  intermediate_size=4 * width, vocab_size=vocab, max_position_embeddings=seq)
+    decoders = dict(common, num_key_value_heads=heads // 2)
+    one = lambda name, make: (name, make, (tokens(),), {})  # noqa: E731
+    return [
+        one("GPT-NeoX", lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**common))),
+        one("OPT", lambda: T.OPTForCausalLM(T.OPTConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads, ffn_dim=4 * width,
+            vocab_size=vocab, word_embed_proj_dim=width, max_position_embeddings=seq))),
+        one("Falcon", lambda: T.FalconForCausalLM(T.FalconConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads, vocab_size=vocab))),
+        one("Mistral", lambda: T.MistralForCausalLM(T.MistralConfig(**decoders))),
+        one("Qwen2", lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**decoders))),
+        one("Phi", lambda: T.PhiForCausalLM(T.PhiConfig(**common))),
+        one("Gemma", lambda: T.GemmaForCausalLM(T.GemmaConfig(**decoders, head_dim=width // heads))),
+        one("StableLM", lambda: T.StableLmForCausalLM(T.StableLmConfig(**decoders))),
+        one("OLMo", lambda: T.OlmoForCausalLM(T.OlmoConfig(**common))),
+        one("GPT-J", lambda: T.GPTJForCausalLM(T.GPTJConfig(
+            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, rotary_dim=16,
+            n_positions=seq))),
+        one("GPT-Neo", lambda: T.GPTNeoForCausalLM(T.GPTNeoConfig(
+            num_layers=layers, hidden_size=width, num_heads=heads, vocab_size=vocab,
+            attention_types=[[["global", "local"], layers // 2]], window_size=32,
+            max_position_embeddings=seq))),
+        one("MPT", lambda: T.MptForCausalLM(T.MptConfig(
+            n_layers=layers, d_model=width, n_heads=heads, vocab_size=vocab, max_seq_len=seq))),
+        one("RoBERTa", lambda: T.RobertaModel(T.RobertaConfig(
+            **dict(common, max_position_embeddings=seq + 2)))),
+        one("DistilBERT", lambda: T.DistilBertModel(T.DistilBertConfig(
+            n_layers=layers, dim=width, n_heads=heads, hidden_dim=4 * width, vocab_size=vocab,
+            max_position_embeddings=seq))),
+        one("ALBERT", lambda: T.AlbertModel(T.AlbertConfig(**common, embedding_size=128))),
+        one("ELECTRA", lambda: T.ElectraModel(T.ElectraConfig(**common, embedding_size=128))),
+        one("DeBERTa-v2", lambda: T.DebertaV2Model(T.DebertaV2Config(**common))),
+        one("MobileBERT", lambda: T.MobileBertModel(T.MobileBertConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            intermediate_size=width, vocab_size=vocab, embedding_size=128,
+            intra_bottleneck_size=128, true_hidden_size=128, max_position_embeddings=seq))),
+        ("BART", lambda: T.BartModel(T.BartConfig(
+            encoder_layers=layers, decoder_layers=layers, d_model=width,
+            encoder_attention_heads=heads, decoder_attention_heads=heads,
+            encoder_ffn_dim=4 * width, decoder_ffn_dim=4 * width, vocab_size=vocab,
+            max_position_embeddings=seq)), (tokens(),), {}),
+    ]
+
+
 def _print_stages(name: str, seconds: float, events: list) -> None:
     """framejit's recorded stages of one first call (capture, passes, kernel builds)."""
     parts = []
@@ -469,7 +525,8 @@ def run_cpu_forward(opts):
     rows = []
     t0 = time.perf_counter()
     wanted = opts.model.split(",") if opts.model else None
-    for name, make, args, kwargs in _cpu_forward_cases():
+    cases = _cpu_forward_cases() + (_cpu_corpus_cases() if opts.corpus else [])
+    for name, make, args, kwargs in cases:
         if wanted and name not in wanted:
             continue
         torch.manual_seed(0)

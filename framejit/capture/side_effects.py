@@ -15,6 +15,8 @@ program order inside the graph.
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import Unsupported
 from .sources import Source
 
@@ -40,6 +42,8 @@ class SideEffects:
         #: id of an outside object's instance dict -> [the dict, the object's value or None,
         #: the dict's own value or None] (see note_owner)
         self._instance_dicts: dict = {}
+        #: id of a module's globals dict held as a dict value (``globals()``) -> that value
+        self._held_globals: dict = {}
 
     def __bool__(self) -> bool:
         return bool(self._order)
@@ -102,11 +106,18 @@ class SideEffects:
         return out
 
     def store_global(self, globals_dict: dict, name: str, value) -> None:
+        if id(globals_dict) in self._held_globals:
+            raise Unsupported(f"assigning the global {name} while the function also holds its "
+                              "module's globals() dict", "assign it with `global` only")
         key = ("global", id(globals_dict), name)
         self._remember(key)
         self._globals[key] = (globals_dict, name, value)
 
     def load_global(self, globals_dict: dict, name: str):
+        held = self._held_globals.get(id(globals_dict))
+        if held is not None and ("container", id(held)) in self._containers:
+            raise Unsupported(f"reading the global {name} after the function changed its module's "
+                              "globals() dict", "assign it with `global` instead")
         entry = self._globals.get(("global", id(globals_dict), name))
         return entry[2] if entry is not None else None
 
@@ -134,7 +145,14 @@ class SideEffects:
             self._check_instance_dict(entry)
 
     def note_dict(self, value, d: dict) -> None:
-        """A dict from outside (its value ``value``) is read in the frame."""
+        """A dict from outside (its value ``value``) is read in the frame. A module's globals
+        dict is the storage of its globals, as an instance dict is of attributes: the two
+        paths must not both be used to write and read."""
+        if _is_module_dict(d):
+            if any(k[1] == id(d) for k in self._globals):
+                raise Unsupported("reading a module's globals() dict after assigning one of its "
+                                  "globals in the function", "read the global by its name")
+            self._held_globals[id(d)] = value
         entry = self._instance_dicts.setdefault(id(d), [d, None, None])
         entry[2] = value
         self._check_instance_dict(entry)
@@ -237,6 +255,12 @@ def _reaches(path, source: Source) -> bool:
             return True
         path = getattr(path, "base", None)
     return False
+
+
+def _is_module_dict(d: dict) -> bool:
+    name = d.get("__name__")
+    module = sys.modules.get(name) if type(name) is str else None
+    return module is not None and getattr(module, "__dict__", None) is d
 
 
 def _instance_dict(owner):

@@ -2,6 +2,7 @@
 each compares the compiled function with eager, across calls and changing inputs."""
 
 import io
+import sys
 from contextlib import redirect_stdout
 
 import pytest
@@ -880,3 +881,42 @@ def test_a_module_s_attribute_written_then_read_through_its_dict():
     x = torch.ones(2)
     torch.testing.assert_close(framejit.compile(mine)(x), theirs(x))
     assert mine.a == theirs.a == 5
+
+
+# -- a module's globals and its globals() dict are one storage -----------------------------------
+
+SHARED = 1
+
+
+def dict_write_then_global(x):
+    globals()["SHARED"] = 5  # a graph break: the rest gets the dict as a value
+    return x * SHARED
+
+
+def global_write_then_module_attribute(x):
+    global SHARED
+    SHARED = 8
+    return x * sys.modules[__name__].SHARED
+
+
+def held_dict_then_global_write(x):
+    g = globals()
+    global SHARED
+    SHARED = 6
+    return x * g["SHARED"]
+
+
+@pytest.mark.parametrize("fn", [dict_write_then_global, global_write_then_module_attribute,
+                                held_dict_then_global_write], ids=lambda f: f.__name__)
+def test_globals_and_the_globals_dict_agree(fn):
+    # Each read the global's value from before the function's write (1).
+    global SHARED
+    x = torch.ones(2)
+    compiled = framejit.compile(fn)
+    for _ in range(2):
+        SHARED = 1
+        expected = fn(x)
+        after = SHARED
+        SHARED = 1
+        torch.testing.assert_close(compiled(x), expected)
+        assert SHARED == after

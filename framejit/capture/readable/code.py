@@ -5,6 +5,7 @@ back, the native line, the resume calls: native.py) in place of the entry's retu
 from __future__ import annotations
 
 import ast
+import builtins
 import types
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,9 @@ class EntryRenderer:
             names.hint(self.f_globals, "module_globals",
                        f"the globals of module {self.f_globals.get('__name__')}, where "
                        f"{self.code.co_name} is defined")
+            # globals() called here would give the rendering's namespace.
+            names.stand_in(builtins.globals, lambda g=self.f_globals: g, "module_globals_of",
+                           "what globals() gives in the function: its module's globals")
 
     def _name_constants(self, entry) -> None:
         names = self.names

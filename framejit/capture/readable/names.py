@@ -101,6 +101,13 @@ class ReadableNames(ConstNames):
             self._bind(obj, name, description)
         return name
 
+    def stand_in(self, obj, replacement, base: str, description: str) -> str:
+        """Render ``obj`` as a name bound to ``replacement``: what ``obj`` would be in the
+        function's own frame, where the rendering's namespace would give something else."""
+        name = self.hint(replacement, base, description)
+        self._by_id[id(obj)] = name
+        return name
+
     def _bind(self, obj, name: str, description: str | None) -> None:
         self._by_id[id(obj)] = name
         self.namespace[name] = obj

@@ -203,6 +203,8 @@ class NativeRenderer:
         builtins_dict = builtins_dict if isinstance(builtins_dict, dict) else vars(builtins_dict)
         if var in builtins_dict and getattr(builtins, var, None) is not builtins_dict[var]:
             raise CannotRender(f"the builtin {var}, replaced in this module's builtins")
+        if var == "globals":  # the stand-in the entry's names give it (code.py)
+            return name_node(self.r.names(builtins.globals))
         # A builtin, or a name defined nowhere: the plain name reads it, or raises the NameError.
         node = name_node(var)
         self.global_reads.add(id(node))

@@ -306,6 +306,9 @@ class PythonModuleValue(Value):
     def getattr(self, tx, name):
         from .builder import wrap, wrap_sourceless
 
+        written = tx.output.side_effects.load_global(self.module.__dict__, name)
+        if written is not None:  # `global G; G = 8` earlier in the function
+            return written
         try:
             attr = getattr(self.module, name)
         except AttributeError as e:
@@ -315,6 +318,8 @@ class PythonModuleValue(Value):
         return wrap(tx, attr, AttrSource(self.source, name))
 
     def hasattr(self, tx, name):
+        if tx.output.side_effects.load_global(self.module.__dict__, name) is not None:
+            return True
         return hasattr(self.module, name)
 
     def pinned_object(self):
