@@ -75,6 +75,59 @@ def test_transformers_model_is_one_graph(stats, name):
     assert stats.recompiles == 0  # the second call reuses the first one's code
 
 
+# More architectures, each checked once for both (a compiled first and second call equal to
+# eager, one graph, no recompile): their forwards differ in the Python around the tensors
+# (parallel attention, multi-query heads, ALiBi, relative positions, factorized embeddings).
+_SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+              vocab_size=128)
+CORPUS = {
+    "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**_SMALL)),
+    "opt": lambda: T.OPTForCausalLM(T.OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                ffn_dim=128, vocab_size=128, word_embed_proj_dim=64)),
+    "falcon": lambda: T.FalconForCausalLM(T.FalconConfig(num_hidden_layers=2, hidden_size=64,
+                                                         num_attention_heads=4, vocab_size=128)),
+    "mistral": lambda: T.MistralForCausalLM(T.MistralConfig(**_SMALL, num_key_value_heads=2)),
+    "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**_SMALL, num_key_value_heads=2)),
+    "phi": lambda: T.PhiForCausalLM(T.PhiConfig(**_SMALL)),
+    "gemma": lambda: T.GemmaForCausalLM(T.GemmaConfig(**_SMALL, num_key_value_heads=2, head_dim=16)),
+    "stablelm": lambda: T.StableLmForCausalLM(T.StableLmConfig(**_SMALL, num_key_value_heads=2)),
+    "olmo": lambda: T.OlmoForCausalLM(T.OlmoConfig(**_SMALL)),
+    "gptj": lambda: T.GPTJForCausalLM(T.GPTJConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                                                   rotary_dim=8)),
+    "gpt_neo": lambda: T.GPTNeoForCausalLM(T.GPTNeoConfig(
+        num_layers=2, hidden_size=64, num_heads=4, vocab_size=128,
+        attention_types=[[["global", "local"], 1]], window_size=4)),
+    "mpt": lambda: T.MptForCausalLM(T.MptConfig(n_layers=2, d_model=64, n_heads=4, vocab_size=128)),
+    "roberta": lambda: T.RobertaModel(T.RobertaConfig(**_SMALL)),
+    "distilbert": lambda: T.DistilBertModel(T.DistilBertConfig(n_layers=2, dim=64, n_heads=4,
+                                                               hidden_dim=128, vocab_size=128)),
+    "albert": lambda: T.AlbertModel(T.AlbertConfig(**_SMALL, embedding_size=32)),
+    "electra": lambda: T.ElectraModel(T.ElectraConfig(**_SMALL, embedding_size=32)),
+    "deberta_v2": lambda: T.DebertaV2Model(T.DebertaV2Config(**_SMALL)),
+    "mobilebert": lambda: T.MobileBertModel(T.MobileBertConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+        vocab_size=128, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32)),
+}
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_more_architectures_are_one_graph_equal_to_eager(stats, name):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = CORPUS[name]().eval()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected, first, second = reference(IDS), compiled(IDS), compiled(IDS)
+    key = "logits" if "logits" in expected else "last_hidden_state"
+    torch.testing.assert_close(first[key], expected[key], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(second[key], expected[key], rtol=1e-5, atol=1e-5)
+    assert stats.graph_breaks == 0 and stats.graphs == 1 and stats.eager_frames == 0
+    assert stats.recompiles == 0
+
+
 def test_t5_cache_objects_match_eager():
     """T5's forward builds DynamicCache objects (deep-copying its config on the way) and returns
     them: the rebuilt caches hold the same keys and values as eager's."""
