@@ -439,8 +439,12 @@ def make_trampoline(code: types.CodeType, entry) -> types.CodeType:
         if ins.opname == "RESUME":
             break
     bc = Bytecode()
-    for attr in ("argcount", "posonlyargcount", "kwonlyargcount", "name", "qualname", "filename"):
-        setattr(bc, attr, getattr(code, "co_" + attr))
+    bc.argcount = code.co_argcount
+    bc.posonlyargcount = code.co_posonlyargcount
+    bc.kwonlyargcount = code.co_kwonlyargcount
+    bc.name = code.co_name
+    bc.qualname = code.co_qualname
+    bc.filename = code.co_filename
     bc.flags = code.co_flags
     bc.first_lineno = lineno
     bc.argnames = list(compat.arg_slot_names(code))
