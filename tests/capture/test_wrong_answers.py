@@ -920,3 +920,35 @@ def test_globals_and_the_globals_dict_agree(fn):
         SHARED = 1
         torch.testing.assert_close(compiled(x), expected)
         assert SHARED == after
+
+
+# -- a buffer assigned in forward, then read through the module's buffer table ---------------------
+
+class Stepper(torch.nn.Module):
+    def __init__(self, read):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(2))
+        self.read = read
+
+    def forward(self, x):
+        if self.read == "table first":
+            before = self._buffers["steps"]
+            self.steps = self.steps + 1
+            return x * before + x * self._buffers["steps"]
+        self.steps = self.steps + 1  # nn.Module.__setattr__ puts it in _buffers
+        if self.read == "table":
+            return x * self._buffers["steps"]
+        if self.read == "buffers()":
+            return x * sum(b.sum() for b in self.buffers())
+        return x * dict(self.named_buffers())["steps"]
+
+
+@pytest.mark.parametrize("read", ["table", "buffers()", "named_buffers()", "table first"])
+def test_a_buffer_assigned_in_forward_is_what_its_table_gives(read):
+    # The table gave the buffer from before the assignment (zeros).
+    mine, theirs = Stepper(read), Stepper(read)
+    compiled = framejit.compile(mine)
+    x = torch.ones(2)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), theirs(x))
+        torch.testing.assert_close(mine.steps, theirs.steps)

@@ -66,6 +66,11 @@ class ModuleValue(Value):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
         if name in d:
+            if name == "_buffers" and self._reassigned_buffers(tx):
+                raise Unsupported(f"reading the buffers of {self.describe()} (its _buffers dict, "
+                                  "buffers(), named_buffers()) after assigning "
+                                  f"{', '.join(self._reassigned_buffers(tx))} in the function",
+                                  "read the buffer as an attribute (self.name)")
             return wrap(tx, d[name], AttrSource(self.source, name))
         if attr is not MISSING:
             if isinstance(attr, types.FunctionType):
@@ -109,7 +114,18 @@ class ModuleValue(Value):
         static = class_lookup(type(mod), name)
         if static is not MISSING and hasattr(type(static), "__set__"):
             raise Unsupported(f"assigning .{name} on {self.describe()}, a property or descriptor")
+        if name in mod._buffers and AttrSource(self.source, "_buffers").key in tx.output.source_values:
+            # The write is recorded as an attribute (replayed through nn.Module.__setattr__);
+            # the _buffers dict the frame already holds would not see it.
+            raise Unsupported(f"assigning the buffer .{name} of {self.describe()} after reading "
+                              "its buffers (_buffers, buffers(), named_buffers())",
+                              "read the buffer as an attribute (self.name)")
         tx.output.side_effects.store_attr(self, name, value)
+
+    def _reassigned_buffers(self, tx) -> list[str]:
+        """The buffers of the module this capture assigned (``self.b = self.b + 1``)."""
+        effects = tx.output.side_effects
+        return [n for n in self.module._buffers if effects.load_attr(self, n) is not None]
 
     def pinned_object(self):
         return self.module
