@@ -23,6 +23,7 @@ from ..errors import Unsupported
 from ..fx_ir import (
     clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
     fresh_meta,
+    quiet_failed_meta_runs,
     run_on_meta,
     to_meta,
 )
@@ -207,7 +208,7 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
 
     fake_args = [convert(a, fake) for a in args]
     fake_kwargs = {k: convert(v, fake) for k, v in kwargs.items()}
-    with mode:
+    with mode, quiet_failed_meta_runs():
         if kind == "call_method":
             result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
         else:

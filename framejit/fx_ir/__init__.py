@@ -20,7 +20,14 @@ from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
-from .meta import MetaPropagationError, describe, has_symbolic_sizes, propagate_meta, to_meta
+from .meta import (
+    MetaPropagationError,
+    describe,
+    has_symbolic_sizes,
+    propagate_meta,
+    quiet_failed_meta_runs,
+    to_meta,
+)
 from .node import OPS, Node, is_inplace, map_aggregate, map_arg
 from .to_torch import to_torch_fx
 
@@ -42,6 +49,7 @@ __all__ = [
     "map_aggregate",
     "map_arg",
     "propagate_meta",
+    "quiet_failed_meta_runs",
     "run_on_meta",
     "to_meta",
     "from_torch_fx",

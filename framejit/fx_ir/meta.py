@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
 import torch
@@ -57,6 +59,28 @@ class MetaPropagationError(RuntimeError):
     ``torch.nonzero``) or has no meta implementation. Fix: keep such ops out of the graph, or set
     ``node.meta["val"]`` for the node yourself before propagating.
     """
+
+
+class _DropFailedMetaRuns(logging.Filter):
+    """torch's fake tensors log a traceback at ERROR level when an op's meta function fails,
+    then raise; framejit catches that error and falls back, so the log would only alarm."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("failed while attempting to run meta")
+
+
+_FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+
+@contextlib.contextmanager
+def quiet_failed_meta_runs():
+    """While framejit runs ops on fake tensors, and handles their errors itself."""
+    quiet = _DropFailedMetaRuns()
+    _FAKE_LOG.addFilter(quiet)
+    try:
+        yield
+    finally:
+        _FAKE_LOG.removeFilter(quiet)
 
 
 def has_symbolic_sizes(graph: Any) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..fx_ir import Graph, Node
+from ..fx_ir import Graph, Node, quiet_failed_meta_runs
 from ..fx_ir.examples import size_symbol_source
 from ..fx_ir.node import map_aggregate
 
@@ -111,7 +111,8 @@ def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None) -> SymbolicS
         elif node.op in ("call_function", "call_method"):
             args, kwargs = load(node.args), load(node.kwargs)
             try:
-                with mode, torch.no_grad() if not _grad(node) else contextlib.nullcontext():
+                with mode, quiet_failed_meta_runs(), \
+                        torch.no_grad() if not _grad(node) else contextlib.nullcontext():
                     if node.op == "call_function":
                         value = node.target(*args, **kwargs)
                     else:

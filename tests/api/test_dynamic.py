@@ -400,3 +400,20 @@ def test_non_contiguous_input_stays_static(stats):
         _check(f, torch.randn(2, n).t())
     assert stats.eager_frames == 0
     _check(f, torch.randn(6, 2))
+
+
+def broadcast_baddbmm(alibi, q, k):
+    return torch.baddbmm(alibi, q, k, beta=1.0, alpha=0.5)  # Bloom's ALiBi scores
+
+
+def test_an_op_that_fails_on_symbolic_sizes_logs_no_error(stats, caplog):
+    # baddbmm's meta function cannot broadcast a symbolic `self`: torch's fake tensors log the
+    # traceback at ERROR before raising. framejit handles the error (the sizes are specialised,
+    # which costs a recompile), so nothing must reach the user's log.
+    compiled = framejit.compile(broadcast_baddbmm, dynamic=True)
+    with caplog.at_level(logging.DEBUG):
+        for s in (8, 12):
+            args = (torch.randn(8, 1, s), torch.randn(8, s, 4), torch.randn(8, 4, s))
+            torch.testing.assert_close(compiled(*args), broadcast_baddbmm(*args))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert stats.graph_breaks == 0
