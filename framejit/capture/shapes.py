@@ -31,7 +31,7 @@ from .. import record
 from ..errors import ConstraintViolation, Unsupported
 from ..fx_ir.examples import size_symbol_source
 from .guards import Guard
-from .sources import SizeSource, Source
+from .sources import ModuleMemberSource, SizeSource, Source
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -60,6 +60,11 @@ def dynamic_dims(dynamic, seen: dict | None, tensor: torch.Tensor, source: Sourc
     dims = {d: r for d, r in getattr(tensor, DYNAMIC_MARK, {}).items() if d not in static}
     shape = tuple(tensor.shape)
     if dynamic is True:
+        if isinstance(source, ModuleMemberSource):
+            # A module's buffer (a position-ids table, a mask) keeps its sizes, as parameters
+            # do: a symbolic size there only adds relations (a slice of it: s >= n) that keep
+            # the graph from serving every input size.
+            return dims
         for d in range(len(shape)):
             if d not in static:
                 dims.setdefault(d, None)

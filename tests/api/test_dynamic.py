@@ -417,3 +417,29 @@ def test_an_op_that_fails_on_symbolic_sizes_logs_no_error(stats, caplog):
             torch.testing.assert_close(compiled(*args), broadcast_baddbmm(*args))
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert stats.graph_breaks == 0
+
+
+class WithPositions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("positions", torch.arange(64.0).expand(1, -1))
+
+    def forward(self, x):
+        return (x + self.positions[:, :8]).relu() * 2  # BERT's position_ids[:, :seq]
+
+
+def test_a_module_buffer_keeps_its_sizes_under_dynamic_true(stats):
+    # dynamic=True made the buffer's 64 a symbol too; its slice then held only for 64 >= 8, and
+    # the graph ran as torch ops. Like parameters, buffers keep their sizes: fused kernels.
+    model = WithPositions()
+    compiled = framejit.compile(model, dynamic=True)
+    declined = []
+    framejit.record.subscribe(declined.append)
+    try:
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    finally:
+        framejit.record.unsubscribe(declined.append)
+    assert not [e for e in declined if type(e).__name__ == "KernelsDeclined"]
+    assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
