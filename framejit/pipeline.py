@@ -79,34 +79,43 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     graph = gm.graph.copy()
     constants = dict(gm.root) if isinstance(gm.root, dict) else None
     run_passes(graph, constants, lint=lint, symbolic=symbolic)
-    shapes = None
-    if symbolic:
-        # Kernels that serve every size need each value's sizes as expressions of the symbols.
-        try:
-            shapes = symbolic_shapes(graph, constants)
-        except NotSizeGeneric as e:
-            fn = gm.forward_fn
-            fn.framejit_kernels = []  # type: ignore[attr-defined]
-            fn.framejit_eager_reason = reason = (  # type: ignore[attr-defined]
-                f"it has symbolic sizes and runs as torch ops: {e}")
-            record.emit(record.KernelsDeclined(reason=reason))
-            return fn
-    elif "cpu" in devices:
+    if not symbolic:
+        return _compile_groups(gm, graph, constants, devices, launcher, None, t0, lint)
+    # Kernels that serve every size need each value's sizes as expressions of the symbols:
+    # where one cannot be had, the graph runs its torch ops.
+    try:
+        shapes = symbolic_shapes(graph, constants,
+                                 allow_relations=getattr(gm, "accepts_size_relations", False))
+        return _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint)
+    except NotSizeGeneric as e:
+        fn = gm.forward_fn
+        fn.framejit_kernels = []  # type: ignore[attr-defined]
+        fn.framejit_eager_reason = reason = (  # type: ignore[attr-defined]
+            f"it has symbolic sizes and runs as torch ops: {e}")
+        record.emit(record.KernelsDeclined(reason=reason))
+        return fn
+
+
+def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
+    """The fused graph's groups lowered to kernels, and the wrapper that calls them."""
+    if shapes is None and "cpu" in devices:
         channels_last_convs(graph)
         bmm_operands(graph)
         if lint:
             graph.lint()
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     record.emit(record.Stage(name="passes", seconds=time.perf_counter() - t0))
-    launches = []
+    launches, seconds = [], []
     names: set[str] = set()
     for group in groups:
         t0 = time.perf_counter()
         launch = _lower(group, _unique(_kernel_name(group), names), launcher, shapes)
         if launch is not None:
             launches.append(launch)
-            _record_kernel(launch, time.perf_counter() - t0)
+            seconds.append(time.perf_counter() - t0)
     new_graph = _rebuild(graph, launches, shapes)
+    for launch, s in zip(launches, seconds):  # recorded once all of them are used
+        _record_kernel(launch, s)
     if lint:
         new_graph.lint()
     root = constants if constants is not None else gm.root
@@ -115,6 +124,8 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     fn.framejit_kernels = [launcher for launcher, _, _ in launches]  # type: ignore[attr-defined]
     fn.framejit_graph = new_graph  # type: ignore[attr-defined]
     fn.framejit_fused_graph = graph  # after the passes: what the kernels' groups are made of
+    if shapes is not None and shapes.relations:
+        fn.framejit_size_relations = shapes.relations  # for the capture's size guard
     return fn
 
 

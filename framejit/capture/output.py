@@ -265,6 +265,9 @@ class OutputGraph:
             if self.options.lint:
                 graph.lint()
             gm = GraphModule(self.constants, graph)
+            # Kernels for symbolic sizes may need relations between them (a slice of 8 needs
+            # s0 >= 8): the compiler hands them back and they join this entry's size guard.
+            gm.accepts_size_relations = self.shapes is not None
             example_inputs = [t for _, t, _ in self.inputs]
             compiled = compile_graph(gm, example_inputs)
             call_args = ", ".join(cg.source_expr(src) for src, _, _ in self.inputs)
@@ -319,7 +322,8 @@ class OutputGraph:
                          *undo, "else:"]
             lines.extend(calls)
         if self.shapes is not None:
-            self.guards.size_guard = self.shapes.guard()
+            self.guards.size_guard = self.shapes.guard(
+                getattr(compiled, "framejit_size_relations", ()) if gm is not None else ())
         # Rebuilt containers use graph outputs, so they come after the graph call; then the
         # writes to the world outside, in the order the function made them.
         tail = [*cg.post_lines, *replay, f"return {ret}"]

@@ -268,8 +268,10 @@ class ShapeContext:
         return node
 
     # -- guards ---------------------------------------------------------------------------------
-    def guard(self) -> SizeGuard:
-        """The guards on sizes this capture depends on (call after :meth:`finish_graph`)."""
+    def guard(self, compiled_relations=()) -> SizeGuard:
+        """The guards on sizes this capture depends on (call after :meth:`finish_graph`), and
+        ``compiled_relations``, those the compiled graph needs (sympy relations over symbols
+        named like this capture's)."""
         env = self.env
         relations: list[tuple] = []
         seen: set = set()
@@ -307,6 +309,12 @@ class ShapeContext:
                 add(sympy.Le(symbol, upper, evaluate=False))
         for g in env.guards:
             add(g.expr)
+        by_name = {sympy.Symbol(str(s)): s for s in self.owners}
+        for rel in compiled_relations:
+            if not rel.free_symbols <= by_name.keys():
+                raise DynamicShapeError(f"the compiled graph needs {rel}, over sizes that are not "
+                                        "inputs")
+            add(rel.xreplace(by_name), "the generated kernels")
         owners = dict(self.owners)
         for rel, _ in relations:
             if isinstance(rel, tuple):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
@@ -51,12 +51,18 @@ class SymbolicShapes:
     binding: dict[sympy.Symbol, tuple[Node, int | None]]
     #: symbol -> its value at capture
     hint: dict[sympy.Symbol, int]
+    #: relations between the capture's size symbols (named as in ``meta["sym_shape"]``) that
+    #: the graph needs beyond the capture's own guards (``s0 >= 8`` for a slice of 8): the
+    #: caller checks them on every call
+    relations: list = field(default_factory=list)
 
 
-def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None) -> SymbolicShapes:
+def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None,
+                    allow_relations: bool = False) -> SymbolicShapes:
     """Sizes and strides of every tensor node of ``graph`` as expressions of its symbols.
     Raises :class:`NotSizeGeneric` when the graph is not valid for every size its guards
-    allow."""
+    allow, unless ``allow_relations`` (the caller adds the relations it needs, ``relations``,
+    to its guards)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
@@ -138,10 +144,14 @@ def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None) -> SymbolicS
                         for e, st, n in zip(stride[node], val.stride(), val.shape)):
                     raise NotSizeGeneric(f"%{node.name}: strides {stride[node]} are not "
                                          f"{val.stride()} at the capture's sizes")
+    relations = []
     if env.guards:
-        raise NotSizeGeneric("the graph holds only for some sizes: "
-                             + ", ".join(str(g.expr) for g in env.guards[:3]))
-    return SymbolicShapes(shape, stride, binding, hints)
+        named = {si.node.expr: sympy.Symbol(name) for name, si in symbols.items()}
+        relations = [g.expr.xreplace(named) for g in env.guards]
+        if not allow_relations or any(not r.free_symbols <= set(named.values()) for r in relations):
+            raise NotSizeGeneric("the graph holds only for some sizes: "
+                                 + ", ".join(str(g.expr) for g in env.guards[:3]))
+    return SymbolicShapes(shape, stride, binding, hints, relations)
 
 
 def _expr(n) -> Any:

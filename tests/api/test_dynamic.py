@@ -443,3 +443,43 @@ def test_a_module_buffer_keeps_its_sizes_under_dynamic_true(stats):
         framejit.record.unsubscribe(declined.append)
     assert not [e for e in declined if type(e).__name__ == "KernelsDeclined"]
     assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
+
+
+def first_eight(x):
+    return (x[:, :8] * 2).relu() + 1
+
+
+def test_kernels_that_need_a_size_relation_get_it_guarded(stats):
+    # x[:, :8] on a symbolic width w holds only for w >= 8: the kernels are compiled for every
+    # such width and the relation joins the entry's size guard, so a narrower input recompiles.
+    compiled = framejit.compile(first_eight, dynamic=True)
+    events = []
+    framejit.record.subscribe(events.append)
+    try:
+        for width in (10, 12, 9, 6):
+            x = torch.randn(3, width)
+            torch.testing.assert_close(compiled(x), first_eight(x))
+    finally:
+        framejit.record.unsubscribe(events.append)
+    declined = [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert not declined and stats.kernels >= 1
+    assert stats.graphs == 2 and stats.recompiles == 1  # widths 10, 12, 9: one graph; 6: another
+
+
+def shift_right(ids):
+    # BART's shift_tokens_right: a size of max(1, s - 1) in the kernels' arithmetic.
+    shifted = ids.new_zeros(ids.shape)
+    shifted[:, 1:] = ids[:, :-1].clone()
+    shifted[:, 0] = 2
+    return shifted * 3
+
+
+def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats):
+    # It made the backend fail (the whole frame ran as plain Python); now only the kernels are
+    # declined and the graph runs its torch ops.
+    compiled = framejit.compile(shift_right, dynamic=True)
+    for s in (5, 7):
+        ids = torch.arange(2 * s).reshape(2, s)
+        torch.testing.assert_close(compiled(ids), shift_right(ids))
+    assert stats.graphs == 1 and stats.eager_frames == 0 and stats.graph_breaks == 0
+    assert stats.kernels == 0  # none of the kernels lowered before the failure is counted
