@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .aliasing import Aliasing
 from .expressions import Expressions
-from .prelude import prelude_nodes
+from .prelude import ALIASED_INPUTS, prelude_nodes
 from .program import Block, Line, Program
 from .typed import F32, FULL, HALVES, ROW, Num, Ty, guard_int, infer
 
@@ -66,7 +67,7 @@ FEATURES = {
 }
 
 
-class Generator(Expressions):
+class Generator(Expressions, Aliasing):
     def __init__(self, seed: int, max_statements: int = 14, avoid: frozenset = frozenset()):
         self.avoid = avoid
         self.rng = random.Random(seed)
@@ -150,6 +151,7 @@ class Generator(Expressions):
             self.assign_tensor: 6, self.inplace: 4, self.assign_number: 3, self.containers: 4,
             self.dict_ops: 2, self.objects: 3, self.globals_write: 3, self.print_stmt: 1.5,
             self.comprehension: 1.5, self.closure: 1, self.raise_stmt: 0.4, self.early_return: 0.3,
+            self.alias_statement: 9,
         }
         if deep:
             table.update({self.if_stmt: 3, self.for_stmt: 2.5, self.try_stmt: 2,
@@ -612,10 +614,11 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, sizes[1][2]))
     special = extra.random() < 0.3  # inputs holding NaN, inf, zeros and the integers' extremes
+    aliased = extra.choice(ALIASED_INPUTS) if extra.random() < 0.3 else ""
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
     gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
-    nodes = prelude_nodes(sizes, seed % 100_000, special) + [f]
+    nodes = prelude_nodes(sizes, seed % 100_000, special, aliased) + [f]
     return Program(_flatten(nodes), origin=str(seed))

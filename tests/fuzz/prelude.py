@@ -90,6 +90,40 @@ def helper(u, k):
     return u - k"""
 
 
+# Module globals (named G*, so that runner compares their state after every call: parameters,
+# buffers and attributes). Seeded, so that each side's fresh copy starts equal. GBN trains: its
+# running statistics change on every call; GCNT's forward writes an attribute and a buffer.
+MODULES = """\
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.flag = False
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+        self.register_buffer('total', torch.zeros(()))
+
+    def forward(self, u):
+        self.count += 1
+        self.total += u.detach().float().nan_to_num().sum()
+        if self.flag:
+            return u * self.scale - self.count
+        return u * self.scale + self.count
+
+torch.manual_seed(7)
+GLIN = torch.nn.Linear(1, 1)
+GLN = torch.nn.LayerNorm(2)
+GBN = torch.nn.BatchNorm1d(1)
+GDROP = torch.nn.Dropout(0.5).eval()
+GCNT = Counter()
+GSEQ = torch.nn.Sequential(torch.nn.Linear(1, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))"""
+
+# Inputs that alias each other (the same tensor, or overlapping views of one), for some
+# programs: each keeps the type the generator's scope gives its name.
+ALIASED_INPUTS = [
+    "d['a'] = x", "obj.t = x[:]", "lst[0] = x[0]", "y = x[-1]", "lst[-1] = y", "obj.t = d['a']",
+    "d['a'] = obj.t.view(obj.t.shape)", "lst[0] = obj.t[:, 0].clone()\n    lst.append(lst[0])",
+]
+
 # Edge values for some programs: NaN and inf where the kernels' min/max/argmax and comparisons
 # must propagate them as eager does, signed zeros, fp16 ties, and the integers' extremes.
 SPECIAL = """
@@ -106,11 +140,14 @@ SPECIAL = """
     obj.i[0] = -2**31"""
 
 
-def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False) -> str:
+def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False,
+                       aliased: str = "") -> str:
     """``make_inputs(variant)``: the same values for the same variant, from a seeded generator, so
     that the eager and the compiled run start from equal inputs; with ``special``, some edge
     values too."""
     edges = SPECIAL if special else ""
+    if aliased:
+        edges += "\n    " + aliased
     return f"""\
 SIZES = {sizes!r}
 
@@ -131,10 +168,10 @@ def make_inputs(variant):
     return x, y, lst, d, obj"""
 
 
-def prelude_nodes(sizes, input_seed, special=False) -> list:
+def prelude_nodes(sizes, input_seed, special=False, aliased="") -> list:
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
-    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER)]
-    nodes.append(Line(make_inputs_source(sizes, input_seed, special), keep=True))
+    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER, MODULES)]
+    nodes.append(Line(make_inputs_source(sizes, input_seed, special, aliased), keep=True))
     return nodes
