@@ -117,6 +117,10 @@ class TensorValue(Value):
         if real is None or not self.example.requires_grad:
             # A tensor that does not require grad is always a leaf (requires_grad is guarded).
             return self.node.meta.get("is_leaf", True)
+        if not real.requires_grad:
+            # It requires grad only since an in-place op of the frame wrote a value that does
+            # into it (`x.copy_(w * 2)`): that op is its grad_fn, as in eager.
+            return False
         from ..sources import AttrSource
         from .builder import wrap
         return wrap(tx, real.is_leaf, AttrSource(self.source, "is_leaf")).as_constant()  # guarded once

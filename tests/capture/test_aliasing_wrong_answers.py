@@ -1,0 +1,28 @@
+"""Reproducers of wrong answers about views, aliasing, module state and autograd state, found by
+the fuzzer's aliasing statements (tests/fuzz/aliasing.py): each compares the compiled function
+with eager, across calls."""
+
+import torch
+
+import framejit
+
+LIN = torch.nn.Linear(1, 1)
+
+
+def _copy_grad_value_into_input(x):
+    x.copy_(LIN(x.unsqueeze(-1)).squeeze(-1))
+    return x.requires_grad, x.grad_fn is None, x.is_leaf
+
+
+def test_input_that_an_in_place_op_gives_history_is_no_leaf(stats):
+    """``x.copy_(w * 2)`` into an input that does not require grad gives it a grad_fn (CopyBackwards):
+    it is no leaf. ``x.is_leaf`` and ``x.grad_fn is None`` read afterwards in the same graph said
+    True, from the input's state on entry."""
+    compiled = framejit.compile(_copy_grad_value_into_input)
+    for shape in [(3, 4), (3, 4), (5, 2)]:
+        x, y = torch.randn(shape), torch.randn(shape)
+        y.copy_(x)
+        expected = _copy_grad_value_into_input(x)
+        assert compiled(y) == expected == (True, False, False)
+        assert y.grad_fn is not None
+        torch.testing.assert_close(y, x)
