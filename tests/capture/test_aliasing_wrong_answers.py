@@ -26,3 +26,17 @@ def test_input_that_an_in_place_op_gives_history_is_no_leaf(stats):
         assert compiled(y) == expected == (True, False, False)
         assert y.grad_fn is not None
         torch.testing.assert_close(y, x)
+
+
+def _leaf_made_in_frame(x):
+    t = (x + 1).requires_grad_()
+    u = t * 2
+    return t.is_leaf, t.grad_fn is None, u.is_leaf, u.grad_fn is None
+
+
+def test_tensor_made_to_require_grad_in_the_frame_is_a_leaf(stats):
+    """``t = (x + 1).requires_grad_()`` is a leaf: ``t.is_leaf`` read False, as for any result
+    that requires grad; leafness is now read from the example, which runs the ops' autograd."""
+    compiled = framejit.compile(_leaf_made_in_frame)
+    x = torch.randn(3, 4)
+    assert compiled(x) == _leaf_made_in_frame(x) == (True, True, False, False)

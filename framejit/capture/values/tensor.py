@@ -112,7 +112,9 @@ class TensorValue(Value):
 
     def _is_leaf(self, tx) -> bool:
         if self.node.op != "placeholder":
-            return not self.example.requires_grad
+            # The example carries the autograd state of its ops: a result of an op on tensors
+            # that require grad is no leaf, one made to require grad (`t.requires_grad_()`) is.
+            return not self.example.requires_grad or self.example.is_leaf
         real = tx.output.real_input(self)
         if real is None or not self.example.requires_grad:
             # A tensor that does not require grad is always a leaf (requires_grad is guarded).
