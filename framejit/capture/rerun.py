@@ -92,6 +92,32 @@ def root(node):
     return node
 
 
+#: Functions that write tensors besides their first argument: the normalizations' running
+#: statistics (written when training), by name and position. ``torch.batch_norm`` is what
+#: ``F.batch_norm`` calls; the names cover the functions however they are captured.
+_RUNNING_STATS = {
+    "batch_norm": {"running_mean": 1, "running_var": 2},
+    "instance_norm": {"running_mean": 1, "running_var": 2},
+}
+_TORCH_BATCH_NORM = {"running_mean": 3, "running_var": 4}
+
+
+def _other_writes(node):
+    """The arguments other than the first that ``node`` may write in place (BatchNorm's running
+    statistics), as nodes."""
+    if node.op != "call_function":
+        return []
+    positions = _TORCH_BATCH_NORM if node.target is torch.batch_norm else _RUNNING_STATS.get(_name(node))
+    if not positions:
+        return []
+    found = []
+    for keyword, index in positions.items():
+        arg = node.kwargs.get(keyword, node.args[index] if len(node.args) > index else None)
+        if hasattr(arg, "op"):
+            found.append(arg)
+    return found
+
+
 def _tensor_args(node):
     for a in list(node.args[1:]) + list(node.kwargs.values()):
         if hasattr(a, "op"):
@@ -140,6 +166,12 @@ def plan(graph, is_state_switch, same_memory) -> RerunPlan | None:
             continue
         if node.op == "call_function" and is_state_switch(node.target):
             continue  # put back by the entry function's own handlers
+        for arg in _other_writes(node):
+            written = root(arg)
+            if written.op == "placeholder":
+                saved[written] = None
+            elif written.op == "get_attr":
+                return None
         if not (node.meta.get("impure") or node.is_impure()):
             continue
         if node.op == "call_module":

@@ -2,6 +2,7 @@
 the fuzzer's aliasing statements (tests/fuzz/aliasing.py): each compares the compiled function
 with eager, across calls."""
 
+import pytest
 import torch
 
 import framejit
@@ -40,3 +41,37 @@ def test_tensor_made_to_require_grad_in_the_frame_is_a_leaf(stats):
     compiled = framejit.compile(_leaf_made_in_frame)
     x = torch.randn(3, 4)
     assert compiled(x) == _leaf_made_in_frame(x) == (True, True, False, False)
+
+
+def _batch_norm_then_integer_division(bn, y, i):
+    out = bn(y.reshape(-1, 1)).reshape(y.shape)
+    try:
+        i // (i * 0)
+    except RuntimeError:
+        pass
+    return out
+
+
+def _functional_batch_norm_then_integer_division(bn, y, i):
+    out = torch.nn.functional.batch_norm(y.reshape(-1, 1), bn.running_mean, bn.running_var,
+                                         training=True, momentum=0.5)
+    return out, i // (i * 0)
+
+
+@pytest.mark.parametrize("fn", [_batch_norm_then_integer_division, _functional_batch_norm_then_integer_division])
+def test_running_stats_put_back_when_a_graph_raises(fn):
+    """A graph that raised (an integer division by zero) is run again as plain Python, with the
+    inputs it writes put back first; BatchNorm's running statistics, written by batch_norm (not
+    an in-place op on its first argument), were not put back, so a training BatchNorm updated
+    them twice per call (fuzzer program 6010000904)."""
+    eager_bn, compiled_bn = torch.nn.BatchNorm1d(1), torch.nn.BatchNorm1d(1)
+    compiled = framejit.compile(fn)
+    for k in range(1, 4):
+        y, i = torch.arange(4.0) * k, torch.ones(3, dtype=torch.long)
+        for f, bn in ((fn, eager_bn), (compiled, compiled_bn)):
+            try:
+                f(bn, y, i)
+            except RuntimeError:
+                pass
+        for name, buffer in eager_bn.named_buffers():
+            torch.testing.assert_close(dict(compiled_bn.named_buffers())[name], buffer)
