@@ -213,11 +213,18 @@ class Aliasing:
         return Line(self.pick(MODULE_STATE))
 
     def grad_read(self, s):
-        a = self.var(s)[0]
+        a, ty = self.var(s)
+        if ty.floating and self.chance(0.35):
+            # A leaf made to require grad (never written in place: eager refuses that), and a
+            # result of it that requires grad and that later statements may write.
+            leaf, out = self.fresh("r"), self.fresh("t")
+            s.returnable.append(leaf)
+            s.tensors[out] = infer("({0} * 2)", [(a, ty)], rounds=True) or ty
+            return Line(f"{leaf} = {a}.detach().clone().requires_grad_()\n{out} = {leaf} * 2")
         name = self.fresh("n")
         s.ints.append(name)
         return Line(self.pick([f"{name} = int({a}.requires_grad)", f"{name} = int({a}.grad_fn is None)",
-                               f"{name} = int({a}.is_leaf) + 2 * int({a}._base is None)",
+                               f"{name} = int({a}.is_leaf) + 2 * int({a}.grad_fn is None)",
                                f"{name} = int({a}.is_contiguous())"]))
 
     def data_sized(self, s):
