@@ -77,6 +77,9 @@ class Aliasing:
         base = self._base(s)
         rank = len(base[1].shape)
         name = self.fresh("v")
+        if self.chance(0.25):
+            # Kept in the caller's dict or object: the caller sees it alias the base.
+            name = self.pick(["d['v']", "obj.w"])
         if self.chance(0.7):
             options = [t for t, r, row0 in TYPED_VIEWS if r <= rank and not (row0 and base[1].shape[0] == 1)]
             for _ in range(4):
