@@ -29,12 +29,18 @@ TYPED_VIEWS = [
     ("{0}.unsqueeze(0)", 0, False), ("{0}.unsqueeze(-1)", 0, False), ("{0}.narrow(1, 0, 1)", 2, False),
     ("{0}[:, :1]", 2, False), ("{0}[:]", 1, False), ("{0}[...]", 0, False), ("{0}.select(0, -1)", 1, True),
     ("{0}.view({0}.shape)", 0, False), ("{0}.expand({0}.shape)", 0, False), ("{0}.squeeze()", 0, False),
+    ("{0}[:{0}.shape[0]]", 1, False), ("{0}.view(*{0}.shape)", 0, False),
+    ("{0}.unsqueeze(0).expand(2, *{0}.shape)[1]", 0, False),
 ]
 # Views the scope cannot type: mutated at once, then only returned.
 LOOSE_VIEWS = [
     ("{0}[:, 1:]", 2), ("{0}[1:]", 1), ("{0}[::2]", 1), ("{0}[:, ::2]", 2), ("{0}.diagonal()", 2),
     ("{0}.reshape(-1)", 0), ("{0}.flatten()", 0), ("{0}[:-1, 1:]", 2), ("{0}.t()[1:]", 2),
     ("{0}.unflatten(-1, ({0}.shape[-1], 1))", 1),
+    # Sizes from the shape (symbolic when the sizes are dynamic).
+    ("{0}.narrow(-1, 1, {0}.shape[-1] - 1)", 1), ("{0}.reshape(-1)[:{0}.shape[-1]]", 1),
+    ("{0}[{0}.shape[0] // 2:]", 1), ("{0}.reshape({0}.shape[-1], -1)", 2),
+    ("{0}.reshape(-1)[1::{0}.shape[-1]]", 1),
 ]
 # Module calls of prelude.MODULES on a float32 value ``{0}``, each keeping its shape; the probe
 # stands for the module where the probe cannot call it.

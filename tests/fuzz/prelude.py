@@ -121,7 +121,7 @@ GSEQ = torch.nn.Sequential(torch.nn.Linear(1, 3), torch.nn.ReLU(), torch.nn.Line
 # programs: each keeps the type the generator's scope gives its name.
 ALIASED_INPUTS = [
     "d['a'] = x", "obj.t = x[:]", "lst[0] = x[0]", "y = x[-1]", "lst[-1] = y", "obj.t = d['a']",
-    "d['a'] = obj.t.view(obj.t.shape)", "lst[0] = obj.t[:, 0].clone()\n    lst.append(lst[0])",
+    "d['a'] = obj.t.view(obj.t.shape)", "lst[0] = obj.t[0]\n    lst.append(lst[0])",
 ]
 
 # Edge values for some programs: NaN and inf where the kernels' min/max/argmax and comparisons
