@@ -75,3 +75,47 @@ def test_running_stats_put_back_when_a_graph_raises(fn):
                 pass
         for name, buffer in eager_bn.named_buffers():
             torch.testing.assert_close(dict(compiled_bn.named_buffers())[name], buffer)
+
+
+def _out_argument_then_caught_error(x, y, i):
+    torch.add(x, y, out=y)
+    try:
+        i // (i * 0)
+    except RuntimeError:
+        pass
+    return y * 1
+
+
+def _tuple_out_then_caught_error(x, y, i):
+    idx = torch.empty(0, dtype=torch.long)
+    torch.max(torch.stack([x, y]), 0, out=(x, idx))
+    try:
+        i // (i * 0)
+    except RuntimeError:
+        pass
+    return idx
+
+
+def _foreach_then_caught_error(x, y, i):
+    torch._foreach_add_([x, y], 1)
+    try:
+        i // (i * 0)
+    except RuntimeError:
+        pass
+    return x + y
+
+
+@pytest.mark.parametrize("fn", [_out_argument_then_caught_error, _tuple_out_then_caught_error,
+                                _foreach_then_caught_error])
+def test_out_and_foreach_writes_put_back_when_a_graph_raises(fn):
+    """The rerun plan took an in-place op's first argument for what it writes: ``out=`` tensors
+    (``torch.add(x, y, out=y)`` writes y) and the tensors of a ``_foreach_*_`` list were not put
+    back before the frame ran again as plain Python, so they were written twice."""
+    compiled = framejit.compile(fn)
+    for _ in range(2):
+        sides = []
+        for f in (fn, compiled):
+            x, y, i = torch.arange(3.0), torch.ones(3), torch.ones(2, dtype=torch.long)
+            sides.append((f(x, y, i), x, y))
+        for got, expected in zip(sides[1], sides[0]):
+            torch.testing.assert_close(got, expected)
