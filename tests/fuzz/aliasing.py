@@ -166,6 +166,12 @@ class Aliasing:
 
     def out_arg(self, s):
         target, ty = self._base(s)
+        if self.chance(0.25):
+            # A write to each tensor of a list, as optimizers make them.
+            other, tother = self._base(s)
+            numbers = ["1", "2", "-1"] if not (ty.floating and tother.floating) else ["0.5", "2", "-1"]
+            op = self.pick(["_foreach_add_", "_foreach_mul_"])
+            return Line(f"torch.{op}([{target}, {other}], {self.pick(numbers)})")
         for _ in range(5):
             a, b = self.tensor_expr(s, 1), self.tensor_expr(s, 1)
             op = self.pick(["torch.add({0}, {1}, out={2})", "torch.mul({0}, {1}, out={2})",
