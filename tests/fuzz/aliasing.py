@@ -72,7 +72,7 @@ class Aliasing:
 
     def _base(self, s, want=None):
         """A tensor of the scope, the inputs' parts more often than their share."""
-        inputs = [n for n in ("x", "y", "d['a']", "obj.t", "lst[0]", "d['i']", "obj.h")
+        inputs = [n for n in ("x", "y", "d['a']", "obj.t", "lst[0]", "d['i']", "obj.h", "GT")
                   if n in s.tensors and (want is None or want(s.tensors[n]))]
         if inputs and self.chance(0.5):
             name = self.pick(inputs)
@@ -134,6 +134,9 @@ class Aliasing:
         if kind == 0 and ty.exact:
             index = f"{{0}} {self.pick(['>', '<', '!=', '>='])} 0"
             line, probe = f"{{0}}[{index}] = {{1}}", f"{{0}}.__setitem__({index}, {{1}}) or {{0}}"
+            if self.chance(0.4):  # a value of the mask's data-dependent length
+                line = f"{{0}}[{index}] = {{0}}[{index}] * 2"
+                probe = f"{{0}}.__setitem__({index}, {{0}}[{index}] * 2) or {{0}}"
         elif kind == 1:
             index = self.pick(["[:, 0]", "[:, -1]", "[0, :]", "[-1, -1]", "[..., 0]"] if two else ["[0]", "[-1]"])
             op = self.pick(["+=", "-=", "*="])

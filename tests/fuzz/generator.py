@@ -51,7 +51,7 @@ INPUT_TENSORS = {"x": Ty(FULL), "y": Ty(ROW), "d['a']": Ty(FULL), "obj.t": Ty(FU
                  "lst[0]": Ty(ROW), "lst[-1]": Ty(ROW), "d['i']": Ty(FULL, torch.int64),
                  "d['q']": Ty(ROW, torch.int8), "d['b']": Ty(ROW, torch.bfloat16),
                  "obj.h": Ty(FULL, torch.float16), "obj.u": Ty(FULL, torch.uint8),
-                 "obj.i": Ty(ROW, torch.int32)}
+                 "obj.i": Ty(ROW, torch.int32), "GT": Ty((1,))}
 EXCEPTIONS = ["ValueError", "KeyError", "IndexError", "RuntimeError", "ZeroDivisionError"]
 
 
