@@ -119,3 +119,32 @@ def test_out_and_foreach_writes_put_back_when_a_graph_raises(fn):
             sides.append((f(x, y, i), x, y))
         for got, expected in zip(sides[1], sides[0]):
             torch.testing.assert_close(got, expected)
+
+
+def _transpose_input_in_place(x):
+    x.t_()
+    return x.shape[0], x.sum(0)
+
+
+def _unsqueeze_input_for_a_while(x):
+    x.unsqueeze_(0)
+    n = x.dim()
+    x.squeeze_(0)
+    return n, x.sum(0)
+
+
+@pytest.mark.parametrize("fn", [_transpose_input_in_place, _unsqueeze_input_for_a_while])
+@pytest.mark.parametrize("backend", ["eager", "default"])
+def test_metadata_written_in_place_on_a_static_input_of_a_dynamic_capture(fn, backend):
+    """An input that is not contiguous keeps static sizes in a capture that has symbolic ones
+    (here after the first call made x's sizes dynamic). In-place ops on its example ran on a
+    fake wrapper of it, so ``x.t_()`` left the example as it was: ``x.shape`` read after it, and
+    the kernels compiled for ``x.sum(0)``, had the old sizes (sum over the wrong dimension)."""
+    compiled = framejit.compile(fn, backend=backend)
+    for make in (lambda: torch.arange(12.0).view(3, 4), lambda: torch.arange(12.0).view(3, 4).t(),
+                 lambda: torch.arange(20.0).view(4, 5).t()):
+        x, y = make(), make()
+        expected, got = fn(x), compiled(y)
+        assert got[0] == expected[0]
+        torch.testing.assert_close(got[1], expected[1])
+        assert (y.shape, y.stride()) == (x.shape, x.stride())

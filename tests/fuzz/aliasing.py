@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .program import Block, Line
-from .typed import F32, FULL, ROW, Num, Ty, infer
+from .program import Line
+from .typed import F32, Num, Ty, infer
 
 # Views with a shape the scope can name: (template, the rank it needs, whether it needs dim 0
 # not to be 1). ``{0}`` is the base.
