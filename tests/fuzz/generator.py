@@ -21,7 +21,7 @@ import torch
 
 from .aliasing import Aliasing
 from .expressions import Expressions
-from .prelude import ALIASED_INPUTS, prelude_nodes
+from .prelude import ALIASED_INPUTS, LAYOUTS, prelude_nodes
 from .program import Block, Line, Program
 from .typed import F32, FULL, HALVES, ROW, Num, Ty, guard_int, infer
 
@@ -615,10 +615,11 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
             sizes.append((a, b, sizes[1][2]))
     special = extra.random() < 0.3  # inputs holding NaN, inf, zeros and the integers' extremes
     aliased = extra.choice(ALIASED_INPUTS) if extra.random() < 0.3 else ""
+    layout = extra.choice(LAYOUTS) if extra.random() < 0.3 else ""
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
     gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
-    nodes = prelude_nodes(sizes, seed % 100_000, special, aliased) + [f]
+    nodes = prelude_nodes(sizes, seed % 100_000, special, aliased, layout) + [f]
     return Program(_flatten(nodes), origin=str(seed))

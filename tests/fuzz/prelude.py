@@ -124,6 +124,15 @@ ALIASED_INPUTS = [
     "d['a'] = obj.t.view(obj.t.shape)", "lst[0] = obj.t[0]\n    lst.append(lst[0])",
 ]
 
+# Inputs of the same values laid out otherwise (transposed, strided), for the calls on new
+# sizes of some programs: a capture then meets an input that is not contiguous where the one
+# before was.
+LAYOUTS = [
+    "x = x.t().contiguous().t()", "d['a'] = d['a'].t().contiguous().t()",
+    "obj.t = torch.stack([obj.t, obj.t], -1)[..., 0]", "y = torch.stack([y, y], -1)[:, 1]",
+    "obj.h = obj.h.t().contiguous().t()", "d['i'] = d['i'].t().contiguous().t()",
+]
+
 # Edge values for some programs: NaN and inf where the kernels' min/max/argmax and comparisons
 # must propagate them as eager does, signed zeros, fp16 ties, and the integers' extremes.
 SPECIAL = """
@@ -141,11 +150,13 @@ SPECIAL = """
 
 
 def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False,
-                       aliased: str = "") -> str:
+                       aliased: str = "", layout: str = "") -> str:
     """``make_inputs(variant)``: the same values for the same variant, from a seeded generator, so
     that the eager and the compiled run start from equal inputs; with ``special``, some edge
     values too."""
     edges = SPECIAL if special else ""
+    if layout:
+        edges += f"\n    if variant:\n        {layout}"
     if aliased:
         edges += "\n    " + aliased
     return f"""\
@@ -168,10 +179,10 @@ def make_inputs(variant):
     return x, y, lst, d, obj"""
 
 
-def prelude_nodes(sizes, input_seed, special=False, aliased="") -> list:
+def prelude_nodes(sizes, input_seed, special=False, aliased="", layout="") -> list:
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
     nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER, MODULES)]
-    nodes.append(Line(make_inputs_source(sizes, input_seed, special, aliased), keep=True))
+    nodes.append(Line(make_inputs_source(sizes, input_seed, special, aliased, layout), keep=True))
     return nodes
