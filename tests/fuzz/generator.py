@@ -7,6 +7,9 @@ without error in eager mode; the few errors it does make on purpose (a ``raise``
 range, a shape mismatch inside ``try``) are the same in eager and compiled code and are compared
 by exception type.
 
+Statements about views, aliasing, modules and autograd state are in aliasing.py; tensor
+expressions in expressions.py.
+
 Names bound inside a nested body (an ``if``, a loop, ``try``, ``with``) are forgotten when the
 body ends, because later code cannot know that the body ran; names bound before are only
 re-bound with a value of the same kind and shape, so the scope stays true on every path.

@@ -11,6 +11,11 @@ first two calls and the third):
 - ``obj``: a ``Box`` with ``t`` (A, B), ``n`` (int), ``log`` (list of str)
 - other dtypes: ``d['i']`` int64 (A, B), ``d['q']`` int8 (B,), ``d['b']`` bfloat16 (B,),
   ``obj.h`` float16 (A, B), ``obj.u`` uint8 (A, B), ``obj.i`` int32 (B,)
+
+In some programs two inputs are one tensor or overlapping views of one (ALIASED_INPUTS), and
+the calls on new sizes get inputs laid out otherwise (LAYOUTS). The modules (MODULES: ``GLIN``,
+``GLN``, ``GBN`` training, ``GDROP``, ``GCNT``, ``GSEQ``) are globals, so each side's module
+has its own, compared after every call.
 """
 
 from __future__ import annotations
