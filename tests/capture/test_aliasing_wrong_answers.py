@@ -148,3 +148,17 @@ def test_metadata_written_in_place_on_a_static_input_of_a_dynamic_capture(fn, ba
         assert got[0] == expected[0]
         torch.testing.assert_close(got[1], expected[1])
         assert (y.shape, y.stride()) == (x.shape, x.stride())
+
+
+def _input_made_to_require_grad(x):
+    x.requires_grad_()
+    return x.is_leaf, x.grad_fn is None, x.requires_grad
+
+
+def test_input_made_to_require_grad_in_the_frame_stays_a_leaf():
+    """``x.requires_grad_()`` on an input keeps it a leaf (no grad_fn), unlike an in-place op
+    writing a value that requires grad into it (the test above)."""
+    compiled = framejit.compile(_input_made_to_require_grad)
+    for shape in [(3, 4), (3, 4), (5, 2)]:
+        assert compiled(torch.randn(shape)) == _input_made_to_require_grad(torch.randn(shape)) \
+            == (True, True, True)

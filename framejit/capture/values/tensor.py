@@ -120,9 +120,10 @@ class TensorValue(Value):
             # A tensor that does not require grad is always a leaf (requires_grad is guarded).
             return self.node.meta.get("is_leaf", True)
         if not real.requires_grad:
-            # It requires grad only since an in-place op of the frame wrote a value that does
-            # into it (`x.copy_(w * 2)`): that op is its grad_fn, as in eager.
-            return False
+            # It requires grad since the frame changed it: an in-place op wrote a value that
+            # requires grad into it (`x.copy_(w * 2)`, its grad_fn), or `x.requires_grad_()`
+            # (a leaf still). Its example ran the same ops with autograd.
+            return self.example.is_leaf
         from ..sources import AttrSource
         from .builder import wrap
         return wrap(tx, real.is_leaf, AttrSource(self.source, "is_leaf")).as_constant()  # guarded once
