@@ -97,7 +97,8 @@ def helper(u, k):
 
 # Module globals (named G*, so that runner compares their state after every call: parameters,
 # buffers and attributes). Seeded, so that each side's fresh copy starts equal. GBN trains: its
-# running statistics change on every call; GCNT's forward writes an attribute and a buffer.
+# running statistics change on every call; GCNT's forward writes an attribute and a buffer (a
+# sum without infinities: the largest floats' sum overflows or not by the order of its adds).
 MODULES = """\
 class Counter(torch.nn.Module):
     def __init__(self):
@@ -109,7 +110,7 @@ class Counter(torch.nn.Module):
 
     def forward(self, u):
         self.count += 1
-        self.total += u.detach().float().nan_to_num().sum()
+        self.total += u.detach().float().nan_to_num(0.0, 0.0, 0.0).sum()
         if self.flag:
             return u * self.scale - self.count
         return u * self.scale + self.count
