@@ -162,3 +162,19 @@ def test_input_made_to_require_grad_in_the_frame_stays_a_leaf():
     for shape in [(3, 4), (3, 4), (5, 2)]:
         assert compiled(torch.randn(shape)) == _input_made_to_require_grad(torch.randn(shape)) \
             == (True, True, True)
+
+
+PARAMETER = torch.nn.Parameter(torch.ones(3))
+NON_LEAF = PARAMETER * 2
+
+
+def _constants_leafness(x, p=PARAMETER, q=NON_LEAF):
+    return p.is_leaf, p.grad_fn is None, q.is_leaf, x + 1
+
+
+def test_leafness_of_tensors_reached_without_a_source():
+    """A default argument (a constant of the graph) answered ``is_leaf`` as ``not requires_grad``:
+    False for a parameter. It is the constant's own now."""
+    compiled = framejit.compile(_constants_leafness)
+    x = torch.randn(3)
+    assert compiled(x)[:3] == _constants_leafness(x)[:3] == (True, True, False)

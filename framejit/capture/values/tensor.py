@@ -111,6 +111,10 @@ class TensorValue(Value):
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def _is_leaf(self, tx) -> bool:
+        if self.node.op == "get_attr":
+            # A constant's example is made fresh (a leaf); the constant itself knows.
+            constant = tx.output.constants.get(self.node.target)
+            return constant.is_leaf if constant is not None else not self.example.requires_grad
         if self.node.op != "placeholder":
             # The example carries the autograd state of its ops: a result of an op on tensors
             # that require grad is no leaf, one made to require grad (`t.requires_grad_()`) is.
