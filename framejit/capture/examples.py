@@ -23,6 +23,7 @@ from ..errors import Unsupported
 from ..fx_ir import (
     clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
     fresh_meta,
+    map_aggregate,
     quiet_failed_meta_runs,
     run_on_meta,
     to_meta,
@@ -56,9 +57,19 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
     try:
         if run_example is not None:
             result = run_example(convert)
-        elif shapes is not None:
-            # Symbolic sizes: every example runs on the capture's fake tensors.
+        elif shapes is not None and (not inplace or _holds_fake(meta_args, meta_kwargs)):
+            # Symbolic sizes: every example runs on the capture's fake tensors. Not an in-place
+            # op on static examples alone (an input that is not contiguous has no symbolic
+            # sizes): on a fake wrapper of the example it would change the wrapper, and
+            # ``x.t_()`` would leave x's example as it was; it runs on the examples below.
             result = run_on_fake(tx, kind, target, args, kwargs, convert)
+            if inplace and not _same_metadata(meta_args[0] if meta_args else None, result):
+                # A static example written in place with fake arguments, which changes its
+                # metadata (requires_grad, from a fake that requires grad): the example cannot
+                # follow.
+                raise Unsupported(f"{readable_call(kind, target)} changing the shape, strides or "
+                                  "requires_grad of a tensor whose sizes are static, with "
+                                  "arguments whose sizes are dynamic")
         elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
         else:
@@ -79,6 +90,27 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
             "framejit to see the error",
         ) from e
     return result
+
+
+def _same_metadata(example, result) -> bool:
+    """Whether the in-place result ``result`` has the metadata of the example it wrote (always
+    so for a fake example: the op changed that one)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not isinstance(example, torch.Tensor) or isinstance(example, FakeTensor) \
+            or not isinstance(result, torch.Tensor):
+        return True
+    return (tuple(example.shape), example.stride(), example.requires_grad) == \
+        (tuple(result.shape), result.stride(), result.requires_grad)
+
+
+def _holds_fake(*values) -> bool:
+    """Whether a fake tensor (an example with symbolic sizes) is among ``values``."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    found = []
+    map_aggregate(values, lambda v: found.append(v) if isinstance(v, FakeTensor) else v)
+    return bool(found)
 
 
 def _run_on_meta_retrying_foreach(kind, target, args, meta_args, meta_kwargs, cacheable):

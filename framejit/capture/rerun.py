@@ -78,6 +78,8 @@ def _is_inplace(node) -> bool:
     if "out" in node.kwargs:
         return True
     first = node.args[0] if node.args else None
+    if isinstance(first, (tuple, list)) and first:  # torch._foreach_add_([a, b], 1)
+        first = first[0]
     if not isinstance(getattr(first, "meta", {}).get("val"), torch.Tensor):
         return False  # `n += 1` on a number carried in as an input is no write
     return is_inplace(node.op, node.target, node.kwargs)
@@ -90,6 +92,44 @@ def root(node):
             and (_name(node) in _VIEWS or _is_inplace(node)) and hasattr(node.args[0], "op"):
         node = node.args[0]
     return node
+
+
+#: Functions that write tensors besides their first argument: the normalizations' running
+#: statistics (written when training), by name and position. ``torch.batch_norm`` is what
+#: ``F.batch_norm`` calls; the names cover the functions however they are captured.
+_RUNNING_STATS = {
+    "batch_norm": {"running_mean": 1, "running_var": 2},
+    "instance_norm": {"running_mean": 1, "running_var": 2},
+}
+_TORCH_BATCH_NORM = {"running_mean": 3, "running_var": 4}
+
+
+def _other_writes(node):
+    """The arguments other than the first that ``node`` may write in place (BatchNorm's running
+    statistics), as nodes."""
+    if node.op != "call_function":
+        return []
+    positions = _TORCH_BATCH_NORM if node.target is torch.batch_norm else _RUNNING_STATS.get(_name(node))
+    if not positions:
+        return []
+    found = []
+    for keyword, index in positions.items():
+        arg = node.kwargs.get(keyword, node.args[index] if len(node.args) > index else None)
+        if hasattr(arg, "op"):
+            found.append(arg)
+    return found
+
+
+def _written(node) -> list:
+    """The nodes an in-place ``node`` writes: its ``out=`` tensors (``torch.add(x, y, out=y)``
+    writes y, not x), else its first argument (each tensor of a ``_foreach_*_`` list)."""
+    out = node.kwargs.get("out")
+    if out is not None:
+        return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if hasattr(o, "op")]
+    first = node.args[0] if node.args else None
+    if isinstance(first, (tuple, list)):  # torch._foreach_add_([a, b], 1)
+        return [t for t in first if hasattr(t, "op")]
+    return [first] if hasattr(first, "op") else []
 
 
 def _tensor_args(node):
@@ -124,10 +164,15 @@ def may_raise(graph, same_memory) -> bool:
         if name in _VALUE_CHECKED or (name in _INDEXING and _indexes_by_tensor(node)) \
                 or _divides_integers(node):
             return True
-        if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
-            written = root(node.args[0])
-            if any(root(a) is written or same_memory(root(a), written) for a in _tensor_args(node)):
-                return True
+        if _is_inplace(node):
+            if "out" in node.kwargs:
+                reads = [a for a in node.args if hasattr(a, "op")]
+                reads += [v for k, v in node.kwargs.items() if k != "out" and hasattr(v, "op")]
+            else:
+                reads = list(_tensor_args(node))
+            for written in map(root, _written(node)):
+                if any(root(a) is written or same_memory(root(a), written) for a in reads):
+                    return True
     return False
 
 
@@ -140,19 +185,21 @@ def plan(graph, is_state_switch, same_memory) -> RerunPlan | None:
             continue
         if node.op == "call_function" and is_state_switch(node.target):
             continue  # put back by the entry function's own handlers
-        if not (node.meta.get("impure") or node.is_impure()):
-            continue
-        if node.op == "call_module":
-            return None
-        if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
-            written = root(node.args[0])
+        writes = _other_writes(node)
+        if node.meta.get("impure") or node.is_impure():
+            if node.op == "call_module":
+                return None
+            if _is_inplace(node) and _written(node):
+                writes += _written(node)
+            else:
+                random = True  # a random draw (or another effect): put the generators back
+        for arg in writes:
+            written = root(arg)
             if written.op == "placeholder":
                 saved[written] = None
             elif written.op == "get_attr":
                 return None
             # else: a tensor the graph made itself changes, which nobody outside sees
-        else:
-            random = True  # a random draw (or another effect): put the generators back
     if (saved or random) and not may_raise(graph, same_memory):
         return None  # not expected to raise; saving on every call would cost for nothing
     return RerunPlan(list(saved), random)

@@ -37,6 +37,15 @@ def snapshot(value, depth: int = 0):
         return ("dict", [(k, snapshot(v, depth + 1)) for k, v in value.items()])
     if isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
         return (type(value).__name__, [snapshot(v, depth + 1) for v in value])
+    if isinstance(value, torch.nn.Module):
+        # Its state: parameters, buffers, submodules' state and public attributes (the hook
+        # tables and other internals are torch's business).
+        state = [(f"param {k}", snapshot(v, depth + 1)) for k, v in value._parameters.items()]
+        state += [(f"buffer {k}", snapshot(v, depth + 1)) for k, v in value._buffers.items()]
+        state += [(f"module {k}", snapshot(v, depth + 1)) for k, v in value._modules.items()]
+        state += [(k, snapshot(v, depth + 1)) for k, v in sorted(vars(value).items())
+                  if not k.startswith("_")]
+        return ("object", type(value).__name__, state)
     if isinstance(value, BaseException):
         return ("exception", type(value).__name__)
     if isinstance(value, (types.FunctionType, types.GeneratorType, types.MethodType)):

@@ -110,12 +110,17 @@ class Expressions:
             return self.var(s, want)
         forms = {self._var: 4, self._unary: 3, self._binary: 4, self._scalar: 2.5,
                  self._reduce: 1.8, self._view: 1.5, self._special: 1, self._matmul: 0.7,
-                 self._call: 1.5, self._convert: 1.5, self._select: 1.5}
+                 self._call: 1.5, self._convert: 1.5, self._select: 1.5, self._module: 0.6}
         for _ in range(8):
             found = self.weighted({(lambda f=f: f(s, depth)): w for f, w in forms.items()})
             if found is not None and (want is None or want(found[1])):
                 return found
         return self.var(s, want)
+
+    def _module(self, s, depth):
+        """A call of a prelude module (aliasing.MODULE_CALLS); its value is not exact."""
+        found = self.module_expr(s, depth)
+        return found and (found[0], Ty(found[1].shape, found[1].dtype, 1))
 
     def _var(self, s, depth):
         return self.var(s)

@@ -7,6 +7,9 @@ without error in eager mode; the few errors it does make on purpose (a ``raise``
 range, a shape mismatch inside ``try``) are the same in eager and compiled code and are compared
 by exception type.
 
+Statements about views, aliasing, modules and autograd state are in aliasing.py; tensor
+expressions in expressions.py.
+
 Names bound inside a nested body (an ``if``, a loop, ``try``, ``with``) are forgotten when the
 body ends, because later code cannot know that the body ran; names bound before are only
 re-bound with a value of the same kind and shape, so the scope stays true on every path.
@@ -19,8 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .aliasing import Aliasing
 from .expressions import Expressions
-from .prelude import prelude_nodes
+from .prelude import ALIASED_INPUTS, LAYOUTS, prelude_nodes
 from .program import Block, Line, Program
 from .typed import F32, FULL, HALVES, ROW, Num, Ty, guard_int, infer
 
@@ -50,7 +54,7 @@ INPUT_TENSORS = {"x": Ty(FULL), "y": Ty(ROW), "d['a']": Ty(FULL), "obj.t": Ty(FU
                  "lst[0]": Ty(ROW), "lst[-1]": Ty(ROW), "d['i']": Ty(FULL, torch.int64),
                  "d['q']": Ty(ROW, torch.int8), "d['b']": Ty(ROW, torch.bfloat16),
                  "obj.h": Ty(FULL, torch.float16), "obj.u": Ty(FULL, torch.uint8),
-                 "obj.i": Ty(ROW, torch.int32)}
+                 "obj.i": Ty(ROW, torch.int32), "GT": Ty((1,))}
 EXCEPTIONS = ["ValueError", "KeyError", "IndexError", "RuntimeError", "ZeroDivisionError"]
 
 
@@ -66,7 +70,7 @@ FEATURES = {
 }
 
 
-class Generator(Expressions):
+class Generator(Expressions, Aliasing):
     def __init__(self, seed: int, max_statements: int = 14, avoid: frozenset = frozenset()):
         self.avoid = avoid
         self.rng = random.Random(seed)
@@ -150,6 +154,7 @@ class Generator(Expressions):
             self.assign_tensor: 6, self.inplace: 4, self.assign_number: 3, self.containers: 4,
             self.dict_ops: 2, self.objects: 3, self.globals_write: 3, self.print_stmt: 1.5,
             self.comprehension: 1.5, self.closure: 1, self.raise_stmt: 0.4, self.early_return: 0.3,
+            self.alias_statement: 9,
         }
         if deep:
             table.update({self.if_stmt: 3, self.for_stmt: 2.5, self.try_stmt: 2,
@@ -612,10 +617,12 @@ def generate(seed: int, max_statements: int | None = None, avoid=frozenset()) ->
         if a != b and (a, b) not in [sz[:2] for sz in sizes]:
             sizes.append((a, b, sizes[1][2]))
     special = extra.random() < 0.3  # inputs holding NaN, inf, zeros and the integers' extremes
+    aliased = extra.choice(ALIASED_INPUTS) if extra.random() < 0.3 else ""
+    layout = extra.choice(LAYOUTS) if extra.random() < 0.3 else ""
     unknown = set(avoid) - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; known: {sorted(FEATURES)}")
     gen = Generator(seed, max_statements or rng.randint(6, 18), frozenset(avoid))
     f = gen.function()
-    nodes = prelude_nodes(sizes, seed % 100_000, special) + [f]
+    nodes = prelude_nodes(sizes, seed % 100_000, special, aliased, layout) + [f]
     return Program(_flatten(nodes), origin=str(seed))

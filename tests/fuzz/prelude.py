@@ -11,6 +11,11 @@ first two calls and the third):
 - ``obj``: a ``Box`` with ``t`` (A, B), ``n`` (int), ``log`` (list of str)
 - other dtypes: ``d['i']`` int64 (A, B), ``d['q']`` int8 (B,), ``d['b']`` bfloat16 (B,),
   ``obj.h`` float16 (A, B), ``obj.u`` uint8 (A, B), ``obj.i`` int32 (B,)
+
+In some programs two inputs are one tensor or overlapping views of one (ALIASED_INPUTS), and
+the calls on new sizes get inputs laid out otherwise (LAYOUTS). The modules (MODULES: ``GLIN``,
+``GLN``, ``GBN`` training, ``GDROP``, ``GCNT``, ``GSEQ``) are globals, so each side's module
+has its own, compared after every call.
 """
 
 from __future__ import annotations
@@ -90,6 +95,50 @@ def helper(u, k):
     return u - k"""
 
 
+# Module globals (named G*, so that runner compares their state after every call: parameters,
+# buffers and attributes). Seeded, so that each side's fresh copy starts equal. GBN trains: its
+# running statistics change on every call; GCNT's forward writes an attribute and a buffer (a
+# sum without infinities: the largest floats' sum overflows or not by the order of its adds).
+MODULES = """\
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.flag = False
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+        self.register_buffer('total', torch.zeros(()))
+
+    def forward(self, u):
+        self.count += 1
+        self.total += u.detach().float().nan_to_num(0.0, 0.0, 0.0).sum()
+        if self.flag:
+            return u * self.scale - self.count
+        return u * self.scale + self.count
+
+torch.manual_seed(7)
+GLIN = torch.nn.Linear(1, 1)
+GLN = torch.nn.LayerNorm(2)
+GBN = torch.nn.BatchNorm1d(1)
+GDROP = torch.nn.Dropout(0.5).eval()
+GCNT = Counter()
+GSEQ = torch.nn.Sequential(torch.nn.Linear(1, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))"""
+
+# Inputs that alias each other (the same tensor, or overlapping views of one), for some
+# programs: each keeps the type the generator's scope gives its name.
+ALIASED_INPUTS = [
+    "d['a'] = x", "obj.t = x[:]", "lst[0] = x[0]", "y = x[-1]", "lst[-1] = y", "obj.t = d['a']",
+    "d['a'] = obj.t.view(obj.t.shape)", "lst[0] = obj.t[0]\n    lst.append(lst[0])",
+]
+
+# Inputs of the same values laid out otherwise (transposed, strided), for the calls on new
+# sizes of some programs: a capture then meets an input that is not contiguous where the one
+# before was.
+LAYOUTS = [
+    "x = x.t().contiguous().t()", "d['a'] = d['a'].t().contiguous().t()",
+    "obj.t = torch.stack([obj.t, obj.t], -1)[..., 0]", "y = torch.stack([y, y], -1)[:, 1]",
+    "obj.h = obj.h.t().contiguous().t()", "d['i'] = d['i'].t().contiguous().t()",
+]
+
 # Edge values for some programs: NaN and inf where the kernels' min/max/argmax and comparisons
 # must propagate them as eager does, signed zeros, fp16 ties, and the integers' extremes.
 SPECIAL = """
@@ -106,11 +155,16 @@ SPECIAL = """
     obj.i[0] = -2**31"""
 
 
-def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False) -> str:
+def make_inputs_source(sizes: list[tuple[int, int, int]], input_seed: int, special: bool = False,
+                       aliased: str = "", layout: str = "") -> str:
     """``make_inputs(variant)``: the same values for the same variant, from a seeded generator, so
     that the eager and the compiled run start from equal inputs; with ``special``, some edge
     values too."""
     edges = SPECIAL if special else ""
+    if layout:
+        edges += f"\n    if variant:\n        {layout}"
+    if aliased:
+        edges += "\n    " + aliased
     return f"""\
 SIZES = {sizes!r}
 
@@ -131,10 +185,10 @@ def make_inputs(variant):
     return x, y, lst, d, obj"""
 
 
-def prelude_nodes(sizes, input_seed, special=False) -> list:
+def prelude_nodes(sizes, input_seed, special=False, aliased="", layout="") -> list:
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
-    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER)]
-    nodes.append(Line(make_inputs_source(sizes, input_seed, special), keep=True))
+    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER, MODULES)]
+    nodes.append(Line(make_inputs_source(sizes, input_seed, special, aliased, layout), keep=True))
     return nodes

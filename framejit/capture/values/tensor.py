@@ -111,12 +111,23 @@ class TensorValue(Value):
         raise Unsupported(f"reading .{name} of {self.describe()}")
 
     def _is_leaf(self, tx) -> bool:
+        if self.node.op == "get_attr":
+            # A constant's example is made fresh (a leaf); the constant itself knows.
+            constant = tx.output.constants.get(self.node.target)
+            return constant.is_leaf if constant is not None else not self.example.requires_grad
         if self.node.op != "placeholder":
-            return not self.example.requires_grad
+            # The example carries the autograd state of its ops: a result of an op on tensors
+            # that require grad is no leaf, one made to require grad (`t.requires_grad_()`) is.
+            return not self.example.requires_grad or self.example.is_leaf
         real = tx.output.real_input(self)
         if real is None or not self.example.requires_grad:
             # A tensor that does not require grad is always a leaf (requires_grad is guarded).
             return self.node.meta.get("is_leaf", True)
+        if not real.requires_grad:
+            # It requires grad since the frame changed it: an in-place op wrote a value that
+            # requires grad into it (`x.copy_(w * 2)`, its grad_fn), or `x.requires_grad_()`
+            # (a leaf still). Its example ran the same ops with autograd.
+            return self.example.is_leaf
         from ..sources import AttrSource
         from .builder import wrap
         return wrap(tx, real.is_leaf, AttrSource(self.source, "is_leaf")).as_constant()  # guarded once
