@@ -432,7 +432,7 @@ def test_a_module_buffer_keeps_its_sizes_under_dynamic_true(stats):
     # dynamic=True made the buffer's 64 a symbol too; its slice then held only for 64 >= 8, and
     # the graph ran as torch ops. Like parameters, buffers keep their sizes: fused kernels.
     model = WithPositions()
-    compiled = framejit.compile(model, dynamic=True)
+    compiled = framejit.compile(model, dynamic=True, backend="c")  # C also under the fx run
     declined = []
     framejit.record.subscribe(declined.append)
     try:
@@ -452,7 +452,7 @@ def first_eight(x):
 def test_kernels_that_need_a_size_relation_get_it_guarded(stats):
     # x[:, :8] on a symbolic width w holds only for w >= 8: the kernels are compiled for every
     # such width and the relation joins the entry's size guard, so a narrower input recompiles.
-    compiled = framejit.compile(first_eight, dynamic=True)
+    compiled = framejit.compile(first_eight, dynamic=True, backend="c")
     events = []
     framejit.record.subscribe(events.append)
     try:
