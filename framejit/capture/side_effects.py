@@ -15,8 +15,6 @@ program order inside the graph.
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import Unsupported
 from .sources import Source
 
@@ -40,10 +38,9 @@ class SideEffects:
         self._order: list = []  # keys in the order the first write happened
         self._raw_attrs: set = set()  # attribute writes replayed by object.__setattr__
         #: id of an outside object's instance dict -> [the dict, the object's value or None,
-        #: the dict's own value or None] (see note_owner)
+        #: the dict's own value or None] (see note_owner); a module's globals dict held as a
+        #: value (``globals()``) is here too, with no owner
         self._instance_dicts: dict = {}
-        #: id of a module's globals dict held as a dict value (``globals()``) -> that value
-        self._held_globals: dict = {}
 
     def __bool__(self) -> bool:
         return bool(self._order)
@@ -106,7 +103,7 @@ class SideEffects:
         return out
 
     def store_global(self, globals_dict: dict, name: str, value) -> None:
-        if id(globals_dict) in self._held_globals:
+        if self._held_dict(globals_dict) is not None:
             raise Unsupported(f"assigning the global {name} while the function also holds its "
                               "module's globals() dict", "assign it with `global` only")
         key = ("global", id(globals_dict), name)
@@ -114,7 +111,7 @@ class SideEffects:
         self._globals[key] = (globals_dict, name, value)
 
     def load_global(self, globals_dict: dict, name: str):
-        held = self._held_globals.get(id(globals_dict))
+        held = self._held_dict(globals_dict)
         if held is not None and ("container", id(held)) in self._containers:
             raise Unsupported(f"reading the global {name} after the function changed its module's "
                               "globals() dict", "assign it with `global` instead")
@@ -148,14 +145,17 @@ class SideEffects:
         """A dict from outside (its value ``value``) is read in the frame. A module's globals
         dict is the storage of its globals, as an instance dict is of attributes: the two
         paths must not both be used to write and read."""
-        if _is_module_dict(d):
-            if any(k[1] == id(d) for k in self._globals):
-                raise Unsupported("reading a module's globals() dict after assigning one of its "
-                                  "globals in the function", "read the global by its name")
-            self._held_globals[id(d)] = value
+        if any(k[1] == id(d) for k in self._globals):  # d is a globals dict written to
+            raise Unsupported("reading a module's globals() dict after assigning one of its "
+                              "globals in the function", "read the global by its name")
         entry = self._instance_dicts.setdefault(id(d), [d, None, None])
         entry[2] = value
         self._check_instance_dict(entry)
+
+    def _held_dict(self, d: dict):
+        """The value the frame holds for the dict ``d``, or None."""
+        entry = self._instance_dicts.get(id(d))
+        return entry[2] if entry is not None else None
 
     def _check_instance_dict(self, entry) -> None:
         _, owner, value = entry
@@ -255,12 +255,6 @@ def _reaches(path, source: Source) -> bool:
             return True
         path = getattr(path, "base", None)
     return False
-
-
-def _is_module_dict(d: dict) -> bool:
-    name = d.get("__name__")
-    module = sys.modules.get(name) if type(name) is str else None
-    return module is not None and getattr(module, "__dict__", None) is d
 
 
 def _instance_dict(owner):

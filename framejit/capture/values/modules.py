@@ -66,10 +66,11 @@ class ModuleValue(Value):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
         if name in d:
-            if name == "_buffers" and self._reassigned_buffers(tx):
+            reassigned = self._reassigned_buffers(tx) if name == "_buffers" else None
+            if reassigned:
                 raise Unsupported(f"reading the buffers of {self.describe()} (its _buffers dict, "
-                                  "buffers(), named_buffers()) after assigning "
-                                  f"{', '.join(self._reassigned_buffers(tx))} in the function",
+                                  f"buffers(), named_buffers()) after assigning "
+                                  f"{', '.join(reassigned)} in the function",
                                   "read the buffer as an attribute (self.name)")
             return wrap(tx, d[name], AttrSource(self.source, name))
         if attr is not MISSING:
