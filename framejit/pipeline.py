@@ -25,7 +25,7 @@ import torch
 from . import _C, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
 from .kernels.ir import Sym
-from .kernels.launch import donate_dead_inputs
+from .kernels.launch import donate_dead_inputs, layout_fits
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
 from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
@@ -196,6 +196,22 @@ class _GroupAsTorch:
         return self.fn(*inputs)
 
 
+def _as_predicted(fn: Callable[..., Any], layouts: list) -> Callable[..., Any]:
+    """``fn`` (a group's torch ops) with each output copied into the layout the kernel would
+    have written where torch's differs: the wrapper's later kernels read a kernel's output
+    without checking its strides (a max pooling computed channels-last, where torch's amax
+    answers contiguous)."""
+    def run(*inputs):
+        result = fn(*inputs)
+        outs = result if isinstance(result, tuple) else (result,)
+        fixed = tuple(t if layout is None or layout_fits(t, *layout) else
+                      torch.empty_strided(layout[0], layout[1], dtype=t.dtype,
+                                          device=t.device).copy_(t)
+                      for t, layout in zip(outs, layouts))
+        return fixed if isinstance(result, tuple) else fixed[0]
+    return run
+
+
 def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
     """The group's own torch ops as a function of the kernel's inputs."""
     sub = Graph()
@@ -208,7 +224,11 @@ def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
         env[node] = sub.node_copy(node, env.__getitem__)
     outs = [env[n] for n in lowered.outputs]
     sub.output(outs[0] if len(outs) == 1 else tuple(outs))
-    return GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
+    fn = GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
+    layouts = [lowered.layout(n) for n in lowered.outputs]
+    layouts = [(tuple(size), tuple(stride)) if all(type(e) is int for e in (*size, *stride))
+               else None for size, stride in layouts]  # symbolic: as torch lays it out
+    return _as_predicted(fn, layouts) if any(layouts) else fn
 
 
 def _topological_by_key(users: dict, indegree: dict, key: dict) -> list:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..fx_ir import Graph, Node, map_arg, run_on_meta
+from .util import KEEPDIM_REDUCTIONS, in_input_order
 
 aten = torch.ops.aten
 F = torch.nn.functional
@@ -74,8 +75,8 @@ def channels_last_convs(graph: Graph) -> bool:
                     # The meta kernel answers NCHW; oneDNN returns a channels-last input's
                     # result channels-last (kernels check this input's strides at run time).
                     value = value.contiguous(memory_format=torch.channels_last)
-                elif node.target in _REDUCTIONS and isinstance(node.args[0], Node):
-                    value = _in_input_order(value, node.args[0].meta["val"])
+                elif node.target in KEEPDIM_REDUCTIONS and isinstance(node.args[0], Node):
+                    value = in_input_order(value, node.args[0].meta["val"])
                 if not _same_kind(value, old[node]):
                     raise ValueError(f"{node.name} changed kind")
                 node.meta["val"] = value
@@ -83,28 +84,6 @@ def channels_last_convs(graph: Graph) -> bool:
         _undo(graph, old, created)
         return False
     return True
-
-
-#: Keepdim reductions (the vocabulary's): their example value is contiguous whatever the
-#: input's layout, but a kernel computes them into a buffer of our choosing.
-_REDUCTIONS = (aten.amax.default, aten.amin.default, aten.sum.dim_IntList)
-
-
-def _in_input_order(value: Any, source: Any) -> Any:
-    """``value`` (a keepdim reduction of ``source``) laid out in ``source``'s dimension order,
-    so a reduction of a channels-last tensor (max pooling) stays channels-last for the next
-    convolution and its kernel writes in the order it reads."""
-    if not isinstance(value, torch.Tensor) or not isinstance(source, torch.Tensor) \
-            or value.dim() != source.dim():
-        return value
-    order = sorted(range(source.dim()), key=lambda d: -source.stride(d))  # outermost first
-    strides, step = [0] * value.dim(), 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= value.shape[d]
-    if tuple(strides) == value.stride():
-        return value
-    return torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device)
 
 
 def _same_kind(a: Any, b: Any) -> bool:

@@ -134,6 +134,29 @@ def same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return all(sa == sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()) if n > 1)
 
 
+
+#: Keepdim reductions (the vocabulary's): their example value is contiguous whatever the
+#: input's layout, but a kernel computes them into a buffer of our choosing.
+KEEPDIM_REDUCTIONS = (aten.amax.default, aten.amin.default, aten.sum.dim_IntList)
+
+
+def in_input_order(value: Any, source: Any) -> Any:
+    """``value`` (a keepdim reduction of ``source``) laid out in ``source``'s dimension order,
+    so a reduction of a channels-last tensor (max pooling) stays channels-last and its kernel
+    writes in the order it reads."""
+    if not isinstance(value, torch.Tensor) or not isinstance(source, torch.Tensor) \
+            or value.dim() != source.dim():
+        return value
+    order = sorted(range(source.dim()), key=lambda d: -source.stride(d))  # outermost first
+    strides, step = [0] * value.dim(), 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= value.shape[d]
+    if tuple(strides) == value.stride():
+        return value
+    return torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device)
+
+
 #: Ops whose result's strides are a function of their first argument's (views, and reshapes that
 #: view or copy by a rule every device shares), under their torch, method and aten names.
 _FOLLOW_THEIR_INPUT = frozenset({
@@ -306,6 +329,32 @@ class Builder:
         r = self.convert(r, self.out.dtype)
         return r if keepdim else self.squeeze(r, dims)
 
+    def _reduce_in_input_order(self, result: Node, want: torch.Tensor) -> bool:
+        """Where ``result`` is a keepdim reduction built here (then converted and squeezed), lay
+        the reduction's output out in its input's dimension order when that gives ``want``'s
+        layout: max pooling of a channels-last tensor then computes straight into a
+        channels-last result, reading in the order it writes, instead of gathering across
+        channels into NCHW and copying back. True when done; otherwise nothing changed."""
+        chain, n = [], result
+        while n in self.created and n.target in (aten.squeeze.dims,
+                                                  prims.convert_element_type.default):
+            chain.append(n)
+            n = n.args[0]
+        if n not in self.created or n.target not in KEEPDIM_REDUCTIONS \
+                or not isinstance(n.args[0], Node) \
+                or not all(type(e) is int for e in (*want.shape, *val(n.args[0]).stride())):
+            return False
+        old = {m: m.meta["val"] for m in [n, *chain]}
+        n.meta["val"] = in_input_order(old[n], val(n.args[0]))
+        for m in reversed(chain):
+            m.meta["val"] = run_on_meta(m.op, m.target, map_arg(m.args, val),
+                                        map_arg(m.kwargs, val))
+        if same_layout(val(result), want):
+            return True
+        for m, v in old.items():
+            m.meta["val"] = v
+        return False
+
     # -- swapping in ---------------------------------------------------------------------------
 
     def rollback(self) -> None:
@@ -327,7 +376,7 @@ class Builder:
         if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
             self.rollback()
             return False
-        if not same_layout(got, want):
+        if not same_layout(got, want) and not self._reduce_in_input_order(result, want):
             if want.is_contiguous():
                 result = self(aten.clone.default, result, memory_format=torch.contiguous_format)
             elif want.dim() == 4 and want.is_contiguous(memory_format=torch.channels_last):

@@ -1,6 +1,7 @@
 """channels_last_convs: CPU convolutions run channels-last, kernels around them follow, results
 keep eager's layout; all or nothing."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -61,3 +62,52 @@ def test_a_graph_that_mutates_is_left_as_it_was():
         assert_close_to_eager(got, f(x, torch.zeros(2)))
     assert acc.tolist() == [1.0, 1.0]
     assert not any(n.name.startswith("to_channels_last") for fn in built for n in fn.framejit_graph.nodes)
+
+
+def _pool_relu(x):
+    return torch.nn.functional.max_pool2d(torch.relu(x), 2)
+
+
+def test_max_pooling_of_a_channels_last_input_writes_channels_last():
+    # Eager pools a channels-last input into a channels-last result. The decomposed pooling (a
+    # max over a windowed view) computed NCHW, gathering across channels (8x slower than
+    # Inductor at 8x64x64x64), and a second kernel copied it back to channels-last.
+    x = torch.randn(2, 16, 8, 10).contiguous(memory_format=torch.channels_last)
+    x[1, 3, 4, 5] = float("nan")
+    with built_by_pipeline() as built:
+        got = framejit.compile(_pool_relu, backend="c")(x)
+    want = _pool_relu(x)
+    assert_close_to_eager(got, want)
+    assert got.stride() == want.stride()
+    (fn,) = built
+    (pool,) = fn.framejit_kernels
+    ((_, strides, _),) = pool.outputs
+    assert pool.kernel.is_reduction and strides[1] == 1
+
+
+def test_a_pooling_kernel_that_does_not_compile_keeps_the_layout_later_kernels_read(monkeypatch):
+    # The next kernel reads the pooling kernel's output with the strides it predicted; run as
+    # torch ops, the pooling must still hand over a channels-last result.
+    from framejit.kernels import c_runtime
+
+    build = c_runtime._build
+
+    def no_reductions(names, functions):
+        if any("_red_" in n for n in names):
+            raise c_runtime.KernelCompileError("cc failed")
+        return build(names, functions)
+
+    monkeypatch.setattr(c_runtime, "_build", no_reductions)
+
+    def f(x):
+        return torch.nn.functional.max_pool2d(x, 2) * 3 + 1
+
+    x = torch.randn(2, 16, 8, 10).contiguous(memory_format=torch.channels_last)
+    with built_by_pipeline() as built, \
+            pytest.warns(UserWarning, match="failed to compile on cpu .* run as torch ops instead"):
+        got = framejit.compile(f, backend="c")(x)
+    want = f(x)
+    assert_close_to_eager(got, want)
+    assert got.stride() == want.stride()
+    (fn,) = built
+    assert len(fn.framejit_kernels) == 2  # the pooling (as torch ops) and the epilogue
