@@ -226,6 +226,8 @@ class ShapeContext:
             return tuple(items) if isinstance(v, tuple) else items
         if isinstance(v, dict):
             return {k: self._map(x, output) for k, x in v.items()}
+        if type(v) is slice:  # x[:, :n]
+            return slice(*(self._map(x, output) for x in (v.start, v.stop, v.step)))
         return v
 
     def _node_of(self, expr, output):
@@ -485,6 +487,8 @@ def _has_sym(v) -> bool:
         return any(_has_sym(x) for x in v)
     if isinstance(v, dict):
         return any(_has_sym(x) for x in v.values())
+    if type(v) is slice:
+        return any(_has_sym(x) for x in (v.start, v.stop, v.step))
     return False
 
 

@@ -483,3 +483,89 @@ def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats):
         torch.testing.assert_close(compiled(ids), shift_right(ids))
     assert stats.graphs == 1 and stats.eager_frames == 0 and stats.graph_breaks == 0
     assert stats.kernels == 0  # none of the kernels lowered before the failure is counted
+
+
+class WithPositionTable(torch.nn.Module):
+    """BERT's embeddings: position ids sliced to the sequence length from a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("position_ids", torch.arange(64).expand(1, -1))
+        self.positions = torch.nn.Embedding(64, 8)
+
+    def forward(self, x):
+        n = x.shape[1]
+        return (x + self.positions(self.position_ids[:, :n])).relu() * 2
+
+
+def test_a_slice_bounded_by_a_size_stays_symbolic(stats):
+    # The slice bound specialized to the length seen: BERT, RoBERTa and the other models with
+    # a position-id buffer compiled once per sequence length under dynamic=True.
+    torch.manual_seed(0)
+    model = WithPositionTable()
+    compiled = framejit.compile(model, dynamic=True, backend="c")
+    events = []
+    framejit.record.subscribe(events.append)
+    try:
+        for n in (5, 9, 17, 64):
+            x = torch.randn(2, n, 8)
+            with torch.no_grad():  # the embedding's weight requires grad: kernels only without
+                torch.testing.assert_close(compiled(x), model(x))
+    finally:
+        framejit.record.unsubscribe(events.append)
+    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
+
+
+def test_a_slice_bound_past_the_end_is_clamped_as_in_eager(stats):
+    table = torch.arange(10.0)
+
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return table[: x.shape[0]] * 2 + table[x.shape[0] // 2:].sum()
+
+    for n in (4, 6, 12, 3, 15):
+        _check(f, torch.randn(n))
+    assert stats.eager_frames == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "c"])
+def test_symbolic_slices_with_steps_negative_bounds_and_assignment(stats, backend):
+    @framejit.compile(backend=backend, dynamic=True)
+    def f(x):
+        n = x.shape[0]
+        y = x.clone()
+        y[1:n - 1] = x[: n - 2] * 3  # a slice assignment with symbolic bounds
+        return y[::2] + 1, x[-(n // 2):].sum(0), x[1:n:n // 2]
+
+    for n in (6, 7, 10):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(f(x), f.__wrapped__(x))
+    assert stats.graphs == 1 and stats.recompiles == 0
+
+
+def test_a_list_sliced_by_a_size_uses_the_size_it_had(stats):
+    # A Python list has no symbolic length: its slice specializes the size (a guard), and a
+    # new size compiles again rather than reusing the old slice.
+    weights = [torch.full((3,), float(i)) for i in range(8)]
+
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        return x.sum(0) + sum(weights[: x.shape[0]])
+
+    for n in (2, 3, 5, 3):
+        _check(f, torch.randn(n, 3))
+    assert stats.graphs == 3 and stats.recompiles == 2
+
+
+def test_a_symbolic_slice_kept_across_a_graph_break(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        s = slice(1, x.shape[0] - 1)
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y[s] + x[s]
+
+    for n in (4, 6, 9):
+        _check(f, torch.randn(n, 2))
+    assert stats.eager_frames == 0

@@ -101,7 +101,10 @@ def _slice(parts) -> Value:
     if not all(p.is_constant() for p in parts):
         raise Unsupported("a slice whose bounds are tensors",
                           "slice bounds must be Python ints; use torch.narrow or index_select for tensor bounds")
-    return const(slice(*[p.as_constant() for p in parts]))
+    # A size bound stays symbolic (``x[:, :n]`` with dynamic shapes slices by the symbol: no
+    # recompile per size); any use but a tensor subscript reads the bounds it had (as_constant).
+    return const(slice(*[p.held() if isinstance(p, ConstantValue) else p.as_constant()
+                         for p in parts]))
 
 
 @handler("BUILD_SLICE")

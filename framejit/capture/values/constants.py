@@ -40,9 +40,10 @@ class ConstantValue(Value):
 
     def as_constant(self):
         value = self.value
-        if type(value) in _SIZED and _has_sym(value):
-            # A shape with symbolic sizes used as a plain Python value (formatted, hashed, passed
-            # to a Python function): the sizes it had, each guarded.
+        if _holds_sym(value):
+            # A shape with symbolic sizes (or a slice with a symbolic bound) used as a plain
+            # Python value (formatted, hashed, passed to a Python function, slicing a list): the
+            # sizes it had, each guarded.
             return _concrete(value)
         return value
 
@@ -115,7 +116,9 @@ class ConstantValue(Value):
         return wrap_sourceless(tx, attr)
 
     def reconstruct(self, cg):
-        if type(self.value) in _SIZED and _has_sym(self.value):
+        if type(self.value) is slice and _holds_sym(self.value):
+            return cg.literal(self.as_constant())  # the bounds it had, guarded
+        if _holds_sym(self.value):
             from ..shapes import reconstruct_sizes
             return reconstruct_sizes(cg, self.value)
         return cg.literal(self.value)
@@ -126,14 +129,23 @@ _SYM_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def _concrete(v):
-    items = [int(x) if type(x) is torch.SymInt else _concrete(x) if type(x) in _SIZED else
+    if type(v) is slice:
+        return slice(*_concrete((v.start, v.stop, v.step)))
+    items = [int(x) if type(x) is torch.SymInt else _concrete(x) if _holds_sym(x) else
              x if type(x) not in _SYM_NUMBERS else (bool(x) if type(x) is torch.SymBool else float(x))
              for x in v]
     return torch.Size(items) if type(v) is torch.Size else type(v)(items)
 
 
 def _has_sym(v) -> bool:
-    return any(isinstance(x, _SYM_NUMBERS) or (type(x) in _SIZED and _has_sym(x)) for x in v)
+    return any(isinstance(x, _SYM_NUMBERS) or _holds_sym(x) for x in v)
+
+
+def _holds_sym(v) -> bool:
+    """Whether ``v`` is a shape, tuple, list or slice with a symbolic size in it."""
+    if type(v) is slice:
+        return _has_sym((v.start, v.stop, v.step))
+    return type(v) in _SIZED and _has_sym(v)
 
 
 _SIZE_ARITHMETIC = {
