@@ -26,6 +26,7 @@ from typing import Any
 
 import sympy
 import torch
+import torch.utils._sympy.functions as _sym_fns
 
 from ..fx_ir import Graph, Node, quiet_failed_meta_runs
 from ..fx_ir.examples import size_symbol_source
@@ -201,6 +202,12 @@ def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
         result = graph.call_function(operator.getitem, (shape, dim))
     elif isinstance(expr, (sympy.Mul, sympy.Add)):
         fn = operator.mul if isinstance(expr, sympy.Mul) else operator.add
+        terms = [size_node(a, shapes, graph, made, node_of) for a in expr.args]
+        result = terms[0]
+        for t in terms[1:]:
+            result = graph.call_function(fn, (result, t))
+    elif isinstance(expr, (sympy.Max, sympy.Min, _sym_fns.Max, _sym_fns.Min)):
+        fn = max if isinstance(expr, (sympy.Max, _sym_fns.Max)) else min  # BART's max(1, s - 1)
         terms = [size_node(a, shapes, graph, made, node_of) for a in expr.args]
         result = terms[0]
         for t in terms[1:]:

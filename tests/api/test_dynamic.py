@@ -474,13 +474,29 @@ def shift_right(ids):
     return shifted * 3
 
 
-def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats):
-    # It made the backend fail (the whole frame ran as plain Python); now only the kernels are
-    # declined and the graph runs its torch ops.
-    compiled = framejit.compile(shift_right, dynamic=True)
-    for s in (5, 7):
+def test_kernels_compute_a_size_of_max_1_s_minus_1(stats):
+    # BART's shift: the sizes of the shifted slice are max(1, s - 1), which the wrapper now
+    # computes for the kernels (they ran as torch ops: "no graph arithmetic").
+    compiled = framejit.compile(shift_right, dynamic=True, backend="c")
+    for s in (5, 7, 4):
         ids = torch.arange(2 * s).reshape(2, s)
         torch.testing.assert_close(compiled(ids), shift_right(ids))
+    assert stats.graphs == 1 and stats.eager_frames == 0 and stats.graph_breaks == 0
+    assert stats.kernels >= 1
+
+
+def every_other(x):
+    return (x[:, ::2] * 3).relu() + x[:, ::2].sum(1, keepdim=True)
+
+
+def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats):
+    # A stepped slice's size, (w + 1) // 2, has no graph arithmetic: it made the backend fail
+    # (the whole frame ran as plain Python); now only the kernels are declined and the graph
+    # runs its torch ops.
+    compiled = framejit.compile(every_other, dynamic=True, backend="c")
+    for w in (5, 8, 9):
+        x = torch.randn(3, w)
+        torch.testing.assert_close(compiled(x), every_other(x))
     assert stats.graphs == 1 and stats.eager_frames == 0 and stats.graph_breaks == 0
     assert stats.kernels == 0  # none of the kernels lowered before the failure is counted
 
