@@ -212,6 +212,9 @@ def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
         result = terms[0]
         for t in terms[1:]:
             result = graph.call_function(fn, (result, t))
+    elif isinstance(expr, _sym_fns.FloorDiv):  # x[:, ::2]: (w + 1) // 2
+        a, b = (size_node(e, shapes, graph, made, node_of) for e in expr.args)
+        result = graph.call_function(operator.floordiv, (a, b))
     elif isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
         base = size_node(expr.base, shapes, graph, made, node_of)
         result = base

@@ -485,18 +485,33 @@ def test_kernels_compute_a_size_of_max_1_s_minus_1(stats):
     assert stats.kernels >= 1
 
 
-def every_other(x):
-    return (x[:, ::2] * 3).relu() + x[:, ::2].sum(1, keepdim=True)
+def stepped(x):
+    return (x[:, ::2] * 3).relu() + x.view(-1)[: x.numel() // 4].sum()
 
 
-def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats):
-    # A stepped slice's size, (w + 1) // 2, has no graph arithmetic: it made the backend fail
-    # (the whole frame ran as plain Python); now only the kernels are declined and the graph
-    # runs its torch ops.
-    compiled = framejit.compile(every_other, dynamic=True, backend="c")
+def test_kernels_compute_sizes_of_stepped_slices_and_floor_divisions(stats):
+    # (w + 1) // 2 and 3 * w // 4 had no graph arithmetic: the graph ran as torch ops.
+    compiled = framejit.compile(stepped, dynamic=True, backend="c")
+    for w in (5, 8, 9, 13):
+        x = torch.randn(3, w)
+        torch.testing.assert_close(compiled(x), stepped(x))
+    assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
+
+
+def test_a_size_kernels_cannot_compute_runs_the_torch_ops(stats, monkeypatch):
+    # A size expression the wrapper cannot compute made the backend fail (the whole frame ran
+    # as plain Python); now only the kernels are declined and the graph runs its torch ops.
+    from framejit import pipeline
+    from framejit.passes.symbolic import NotSizeGeneric
+
+    def no_arithmetic(expr, *args, **kwargs):
+        raise NotSizeGeneric(f"no graph arithmetic for the size {expr}")
+
+    monkeypatch.setattr(pipeline, "size_node", no_arithmetic)
+    compiled = framejit.compile(stepped, dynamic=True, backend="c")
     for w in (5, 8, 9):
         x = torch.randn(3, w)
-        torch.testing.assert_close(compiled(x), every_other(x))
+        torch.testing.assert_close(compiled(x), stepped(x))
     assert stats.graphs == 1 and stats.eager_frames == 0 and stats.graph_breaks == 0
     assert stats.kernels == 0  # none of the kernels lowered before the failure is counted
 
