@@ -21,6 +21,7 @@ import torch
 
 from ..errors import Unsupported
 from ..fx_ir import (
+    call_on_fake,
     clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
     fresh_meta,
     map_aggregate,
@@ -241,10 +242,7 @@ def run_on_fake(tx, kind, target, args, kwargs, convert, what=""):
     fake_args = [convert(a, fake) for a in args]
     fake_kwargs = {k: convert(v, fake) for k, v in kwargs.items()}
     with mode, quiet_failed_meta_runs():
-        if kind == "call_method":
-            result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
-        else:
-            result = target(*fake_args, **fake_kwargs)
+        result = call_on_fake(kind, target, fake_args, fake_kwargs)
     if shapes is not None:
         return result  # fake tensors with symbolic sizes stay the examples
     try:

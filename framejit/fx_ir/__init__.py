@@ -15,7 +15,7 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
-from .examples import clear_meta_memo, fresh_meta, run_on_meta
+from .examples import call_on_fake, clear_meta_memo, fresh_meta, run_on_meta
 from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
@@ -41,6 +41,7 @@ __all__ = [
     "Node",
     "PythonCode",
     "UnsupportedGraphError",
+    "call_on_fake",
     "clear_meta_memo",
     "describe",
     "fresh_meta",

@@ -199,6 +199,41 @@ def _new_meta(shape: tuple, stride: tuple, dtype: torch.dtype, requires_grad: bo
 _size_source_type = None
 
 
+def call_on_fake(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """``target(*args, **kwargs)`` (a method call for ``op == "call_method"``) on fake tensors,
+    with the workarounds for meta kernels that fail on symbolic sizes."""
+    try:
+        if op == "call_method":
+            return getattr(args[0], target)(*args[1:], **kwargs)
+        return target(*args, **kwargs)
+    except RuntimeError:
+        if not _is_baddbmm(op, target):
+            raise
+        return _baddbmm_on_symbolic_sizes(op, target, args, kwargs)
+
+
+_BADDBMM = (torch.baddbmm, torch.Tensor.baddbmm, torch.ops.aten.baddbmm.default)
+
+
+def _is_baddbmm(op: str, target: Any) -> bool:
+    return target == "baddbmm" if op == "call_method" else target in _BADDBMM
+
+
+def _baddbmm_on_symbolic_sizes(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """baddbmm's meta kernel expands its first argument with sizes it reads as ints, which fails
+    on symbolic sizes (torch 2.13): Bloom's ALiBi scores compiled once per sequence length under
+    dynamic shapes. The same call with that argument expanded first to the result's sizes (the
+    same values: baddbmm broadcasts it)."""
+    names = ("input", "batch1", "batch2")
+    given = dict(zip(names, args[:3]), **{k: v for k, v in kwargs.items() if k in names})
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    x, b1, b2 = given["input"], given["batch1"], given["batch2"]
+    x = x.expand(b1.shape[0], b1.shape[1], b2.shape[2])
+    if op == "call_method":
+        return x.baddbmm(b1, b2, *args[3:], **rest)
+    return target(x, b1, b2, *args[3:], **rest)
+
+
 def size_symbol_source(text: str):
     """The source object torch's ShapeEnv wants for a new size symbol (it only names the
     symbol in torch's own logs; framejit keeps its own sources): for capture's symbols and the

@@ -28,7 +28,7 @@ import sympy
 import torch
 import torch.utils._sympy.functions as _sym_fns
 
-from ..fx_ir import Graph, Node, quiet_failed_meta_runs
+from ..fx_ir import Graph, Node, call_on_fake, quiet_failed_meta_runs
 from ..fx_ir.examples import size_symbol_source
 from ..fx_ir.node import map_aggregate
 
@@ -120,10 +120,7 @@ def symbolic_shapes(graph: Graph, constants: dict[str, Any] | None,
             try:
                 with mode, quiet_failed_meta_runs(), \
                         torch.no_grad() if not _grad(node) else contextlib.nullcontext():
-                    if node.op == "call_function":
-                        value = node.target(*args, **kwargs)
-                    else:
-                        value = getattr(args[0], node.target)(*args[1:], **kwargs)
+                    value = call_on_fake(node.op, node.target, args, kwargs)
             except Exception as e:
                 raise NotSizeGeneric(f"{node.format()} does not run on symbolic sizes "
                                      f"({type(e).__name__}: {e})") from e

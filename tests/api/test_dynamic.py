@@ -600,3 +600,29 @@ def test_a_symbolic_slice_kept_across_a_graph_break(stats):
     for n in (4, 6, 9):
         _check(f, torch.randn(n, 2))
     assert stats.eager_frames == 0
+
+
+@pytest.mark.parametrize("form", ["method", "function"])
+def test_baddbmm_over_symbolic_sizes(stats, form):
+    # Bloom's ALiBi scores: torch's meta kernel of baddbmm reads its input's expanded sizes as
+    # ints and fails on symbols, so capture fell back to static shapes (a graph per length)
+    # and, past that, the kernels were declined.
+    def scores(q, k, alibi):
+        if form == "method":
+            s = alibi.baddbmm(q, k.transpose(1, 2), beta=1.0, alpha=0.25)
+        else:
+            s = torch.baddbmm(alibi, q, k.transpose(1, 2), beta=0.5, alpha=0.25)
+        return torch.softmax(s, -1)
+
+    compiled = framejit.compile(scores, dynamic=True, backend="c")
+    events = []
+    framejit.record.subscribe(events.append)
+    try:
+        for n in (5, 8, 11):
+            q, k, alibi = torch.randn(6, n, 4), torch.randn(6, n, 4), torch.randn(6, 1, n)
+            torch.testing.assert_close(compiled(q, k, alibi), scores(q, k, alibi))
+    finally:
+        framejit.record.unsubscribe(events.append)
+    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert stats.graphs == 1 and stats.recompiles == 0 and not stats.static_retries
+    assert stats.kernels >= 1
