@@ -465,6 +465,11 @@ def _arithmetic(expr):
         return operator.floordiv, expr.args
     if isinstance(expr, (F.Mod, F.PythonMod)):
         return operator.mod, expr.args
+    if isinstance(expr, (F.Max, F.Min, sympy.Max, sympy.Min)):  # max(0, n - k)
+        first, *rest = expr.args
+        kind = type(expr)
+        return (max if isinstance(expr, (F.Max, sympy.Max)) else min), (
+            first, rest[0] if len(rest) == 1 else kind(*rest))
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
         return operator.pow, (expr.base, int(expr.exp))
     if isinstance(expr, F.PowByNatural):

@@ -626,3 +626,32 @@ def test_baddbmm_over_symbolic_sizes(stats, form):
     assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
     assert stats.graphs == 1 and stats.recompiles == 0 and not stats.static_retries
     assert stats.kernels >= 1
+
+
+def test_max_and_min_of_sizes_stay_symbolic(stats):
+    # MPT's ALiBi: position_bias[:, max(0, position_bias.size(1) - query_length):] read the
+    # max as an int (a guard), so each sequence length compiled again.
+    table = torch.randn(1, 16)
+
+    @framejit.compile(backend="c", dynamic=True)
+    def f(x):
+        start = max(0, table.size(1) - x.shape[1])
+        stop = min(table.shape[1], x.shape[1] + 3, 40)
+        return (x + table[:, start:]) * table[:, :stop].sum()
+
+    for n in (5, 8, 11):
+        _check(f, torch.randn(2, n))
+    assert stats.graphs == 1 and stats.recompiles == 0 and not stats.static_retries
+
+
+def test_max_of_a_size_used_as_an_int_is_guarded(stats):
+    @framejit.compile(backend="eager", dynamic=True)
+    def f(x):
+        total = x.sum()
+        for i in range(max(2, x.shape[0] - 1)):  # range() reads the value: a guard
+            total = total + i
+        return total + max(x.shape[0], 3.5)  # a float among them: decided at capture
+
+    for n in (4, 4, 6):
+        _check(f, torch.randn(n))
+    assert stats.graphs == 2 and stats.recompiles == 1

@@ -21,7 +21,7 @@ import torch
 
 from ...errors import Unsupported
 from .base import UNPINNED, Value
-from .constants import NONE, ConstantValue, const
+from .constants import NONE, ConstantValue, SymNumberValue, const
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue
 from .copying import CONSTRUCTORS as COPYING_CONSTRUCTORS
 from .exceptions import PythonRaise, is_exception_class, make_exception, raise_python
@@ -505,6 +505,10 @@ def _min_max(op):
                 return kwargs["default"]
             raise Unsupported(f"{op.__name__}() of an empty sequence (ValueError)")
         key = _key_arg(kwargs)
+        if key is None and _sizes_and_ints(items):
+            # max(0, n - k) of symbolic sizes (MPT's ALiBi slice) stays a size: Max(0, s - k)
+            sym = torch.sym_max if op is max else torch.sym_min
+            return const(functools.reduce(sym, [v.held() for v in items]))
         key_values = items if key is None else [key.call(tx, [v], {}) for v in items]
         if any(isinstance(k, TensorValue) for k in key_values):
             return tensor_min_max(tx, op, items, key_values)
@@ -515,6 +519,13 @@ def _min_max(op):
             raise Unsupported(f"{op.__name__}() raises TypeError: {e}") from e
         return items[best]
     return handler
+
+
+def _sizes_and_ints(items) -> bool:
+    """Ints and at least one symbolic size."""
+    return any(isinstance(v, SymNumberValue) for v in items) and all(
+        isinstance(v, SymNumberValue) or (type(v) is ConstantValue and type(v.value) is int)
+        for v in items)
 
 
 _BUILTIN_HANDLERS[min] = _min_max(min)
