@@ -201,7 +201,11 @@ _size_source_type = None
 
 def call_on_fake(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     """``target(*args, **kwargs)`` (a method call for ``op == "call_method"``) on fake tensors,
-    with the workarounds for meta kernels that fail on symbolic sizes."""
+    with the workarounds for meta kernels that fail on symbolic sizes or fix them."""
+    if op == "call_function" and target in _CONSTANT_PADS and _symbolic(args):
+        padded = _constant_pad(target, args, kwargs)
+        if padded is not None:
+            return padded
     try:
         if op == "call_method":
             return getattr(args[0], target)(*args[1:], **kwargs)
@@ -213,6 +217,27 @@ def call_on_fake(op: str, target: Any, args: Any, kwargs: dict[str, Any]) -> Any
 
 
 _BADDBMM = (torch.baddbmm, torch.Tensor.baddbmm, torch.ops.aten.baddbmm.default)
+_CONSTANT_PADS = (torch.nn.functional.pad, torch._C._nn.pad, torch.constant_pad_nd,
+                  torch.ops.aten.constant_pad_nd.default)
+
+
+def _symbolic(args: Any) -> bool:
+    return any(isinstance(a, torch.Tensor) and any(isinstance(n, torch.SymInt) for n in a.shape)
+               for a in args)
+
+
+def _constant_pad(target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """A constant pad by torch's Python reference: the C++ kernel reads its input's sizes as
+    ints, which on symbolic sizes fixes them (a guard ``s == 8``): MobileBERT's embeddings pad
+    a slice of the sequence, and compiled once per length. None for other modes."""
+    names = ("input", "pad", "mode", "value") if target in _CONSTANT_PADS[:2] else \
+        ("input", "pad", "value")
+    given = dict(zip(names, args), **kwargs)
+    if set(given) - set(names) or given.get("mode", "constant") != "constant":
+        return None
+    value = given.get("value")
+    return torch._refs.constant_pad_nd(given["input"], given["pad"], 0 if value is None else value)
+
 
 
 def _is_baddbmm(op: str, target: Any) -> bool:

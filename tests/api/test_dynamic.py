@@ -655,3 +655,25 @@ def test_max_of_a_size_used_as_an_int_is_guarded(stats):
     for n in (4, 4, 6):
         _check(f, torch.randn(n))
     assert stats.graphs == 2 and stats.recompiles == 1
+
+
+def trigram(x):
+    # MobileBERT's embeddings: the sequence shifted both ways by padding slices of it.
+    import torch.nn.functional as F
+    left = F.pad(x[:, 1:], [0, 0, 0, 1, 0, 0], value=0.0)
+    right = torch.constant_pad_nd(x[:, :-1], [0, 0, 1, 0])
+    edge = F.pad(x, [1, 1], mode="replicate")
+    return torch.cat([left, x, right], dim=2) * 2, edge
+
+
+@pytest.mark.parametrize("backend", ["eager", "c"])
+def test_constant_padding_keeps_sizes_symbolic(stats, backend):
+    # The C++ pad kernel read its input's sizes as ints on fake tensors: a guard s == 8 and a
+    # graph per sequence length.
+    compiled = framejit.compile(trigram, dynamic=True, backend=backend)
+    for n in (5, 8, 11):
+        x = torch.randn(2, n, 4)
+        got, want = compiled(x), trigram(x)
+        torch.testing.assert_close(got, want)
+        assert [t.stride() for t in got] == [t.stride() for t in want]
+    assert stats.graphs == 1 and stats.recompiles == 0 and not stats.static_retries

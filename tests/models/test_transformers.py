@@ -149,3 +149,37 @@ def test_t5_cache_objects_match_eager():
             torch.testing.assert_close(b.keys, a.keys)
             torch.testing.assert_close(b.values, a.values)
     assert model.config.is_encoder_decoder  # the config the forward copied is left as it was
+
+
+@pytest.mark.parametrize("name", list(MODELS) + list(CORPUS))
+def test_dynamic_sequence_lengths_are_one_graph_with_kernels(stats, name):
+    """dynamic=True over three sequence lengths: one graph, no recompile, and fused C kernels
+    that serve every length. The models slice buffers by the length (BERT's position ids),
+    take max(0, n - k) (MPT), pad slices (MobileBERT), baddbmm (Bloom) and compute
+    max(1, s - 1) (BART's shift): each once recompiled per length or lost its kernels."""
+    if name in MODELS:
+        make, kwargs, _ = MODELS[name]
+    else:
+        make, kwargs = CORPUS[name], {}
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make().eval()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model, dynamic=True, backend="c")
+    events = []
+    framejit.record.subscribe(events.append)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for length in (8, 11, 16):
+                ids = torch.randint(0, 128, (2, length), generator=torch.Generator().manual_seed(length))
+                extra = {k: ids for k in kwargs}
+                expected, got = reference(ids, **extra), compiled(ids, **extra)
+                key = "logits" if "logits" in expected else "last_hidden_state"
+                torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
+    finally:
+        framejit.record.unsubscribe(events.append)
+    assert [e.reason for e in events if type(e).__name__ == "KernelsDeclined"] == []
+    assert stats.graphs == 1 and stats.recompiles == 0 and stats.graph_breaks == 0
+    assert not stats.static_retries and stats.kernels > 0
