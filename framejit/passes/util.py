@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..fx_ir import Graph, Node, map_arg, run_on_meta
+from .symbolic import SYMBOLIC
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -311,8 +312,6 @@ class Builder:
     def mean(self, x: Node, dims: list[int]) -> Node:
         """The keepdim mean over ``dims``: a sum divided by the count, or, while sizes are
         symbolic (the count is a size), ``aten.mean`` itself, which kernels lower alike."""
-        from .symbolic import SYMBOLIC
-
         if SYMBOLIC.get():
             return self(aten.mean.dim, x, list(dims), True)
         return self.div(self.sum(x, dims), math.prod(val(x).shape[d] for d in dims))
@@ -335,14 +334,17 @@ class Builder:
         layout: max pooling of a channels-last tensor then computes straight into a
         channels-last result, reading in the order it writes, instead of gathering across
         channels into NCHW and copying back. True when done; otherwise nothing changed."""
+        if SYMBOLIC.get():
+            # symbolic_shapes reruns the reduction on fake tensors, which answer contiguous:
+            # a chosen layout would make it decline the graph's kernels
+            return False
         chain, n = [], result
         while n in self.created and n.target in (aten.squeeze.dims,
                                                   prims.convert_element_type.default):
             chain.append(n)
             n = n.args[0]
         if n not in self.created or n.target not in KEEPDIM_REDUCTIONS \
-                or not isinstance(n.args[0], Node) \
-                or not all(type(e) is int for e in (*want.shape, *val(n.args[0]).stride())):
+                or not isinstance(n.args[0], Node):
             return False
         old = {m: m.meta["val"] for m in [n, *chain]}
         n.meta["val"] = in_input_order(old[n], val(n.args[0]))

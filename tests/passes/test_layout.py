@@ -111,3 +111,23 @@ def test_a_pooling_kernel_that_does_not_compile_keeps_the_layout_later_kernels_r
     assert got.stride() == want.stride()
     (fn,) = built
     assert len(fn.framejit_kernels) == 2  # the pooling (as torch ops) and the epilogue
+
+
+def test_channels_last_pooling_under_dynamic_shapes_keeps_its_kernels():
+    # Kernels for every size check each value's layout on fake tensors, whose pooling answers
+    # contiguous: a pooling laid out channels-last made the graph decline all its kernels.
+    def f(x):
+        return torch.nn.functional.max_pool2d(torch.relu(x.contiguous(memory_format=torch.channels_last)) * 2, 2) + 1
+
+    events = []
+    framejit.record.subscribe(events.append)
+    try:
+        compiled = framejit.compile(f, backend="c", dynamic=True)
+        for n in (4, 6, 8):
+            x = torch.randn(2, 8, n, n)
+            got, want = compiled(x), f(x)
+            assert_close_to_eager(got, want)
+            assert got.stride() == want.stride()
+    finally:
+        framejit.record.unsubscribe(events.append)
+    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
