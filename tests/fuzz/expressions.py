@@ -195,7 +195,15 @@ class Expressions:
 
     def _special(self, s, depth):
         a, b = self._sub(s, depth), self._sub(s, depth)
-        kind = self.rng.randrange(6)
+        kind = self.rng.randrange(9)
+        if kind == 6 and len(a[1].shape) == 2:  # slices bounded by sizes (dynamic: symbols)
+            return self.make("torch.cat([{0}[:, max(0, {0}.shape[1] - 1):], "
+                             "{0}[:, :max(0, {0}.shape[1] - 1)]], 1)", a, rounds=False)
+        if kind == 7 and len(a[1].shape) == 2:  # MobileBERT's shifted copies: padded slices
+            return self.make("torch.nn.functional.pad({0}[:, 1:], [0, 1]) + "
+                             "torch.constant_pad_nd({0}[:, :-1], [1, 0])", a)
+        if kind == 8 and a[1].shape:
+            return self.make("{0}[:min({0}.shape[0], 40)] * {1}", a, b)
         if kind == 0:
             return self.make("torch.where({0} > 0, {0}, {1})", a, b, rounds=False, discrete=True)
         if kind == 1:

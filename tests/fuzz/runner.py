@@ -14,6 +14,7 @@ import contextlib
 import io
 import itertools
 import linecache
+import math
 import os
 import sys
 import types
@@ -89,12 +90,32 @@ def compare_records(eager: list[dict], compiled: list[dict]) -> list[dict]:
                 detail = None if e["exception"] == c["exception"] else \
                     f"eager raised {e['message'] or 'nothing'}; compiled raised {c['message'] or 'nothing'}"
             elif part in ("stdout", "aliasing"):
-                detail = None if e[part] == c[part] else f"compiled {c[part]!r} != eager {e[part]!r}"
+                same = e[part] == c[part] or (part == "stdout" and _same_printout(e[part], c[part]))
+                detail = None if same else f"compiled {c[part]!r} != eager {e[part]!r}"
             else:
                 detail = difference(e[part], c[part], part)
             if detail:
                 found.append({"kind": part, "call": call, "detail": detail[:600]})
     return found
+
+
+def _same_printout(eager: str, compiled: str) -> bool:
+    """Equal printed lines, but for floats (``print('v', format(t.sum().item(), '.4g'))``) that
+    differ by the rounding of a sum: a sum that cancels to 0.0033 from terms near 1 showed
+    0.003282 against eager's 0.003283, one fp32 rounding of a different summation order."""
+    a, b = eager.split(), compiled.split()
+    if len(a) != len(b) or eager.count("\n") != compiled.count("\n"):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not math.isclose(fx, fy, rel_tol=1e-3, abs_tol=1e-5):
+            return False
+    return True
 
 
 def _reference_backend(gm, example_inputs):

@@ -101,3 +101,13 @@ def test_comparison_sees_values_types_and_aliasing():
     assert "values differ" in difference(snapshot([x, 1]), snapshot([x + 1e-3, 1]), "r")
     assert difference(snapshot({"a": 1}), snapshot({"a": 2}), "r") == "r['a']: 2 != 1 (eager)"
     assert "float64" in difference(snapshot(x), snapshot(x.double()), "r")
+
+
+def test_printed_floats_compare_within_a_rounding_and_the_rest_exactly():
+    from .runner import _same_printout
+
+    # A sum that cancels (0.0033 from terms near 1): one fp32 rounding shows in the 4th digit.
+    assert _same_printout("v 0.003283\nlens 2 3 0\n", "v 0.003282\nlens 2 3 0\n")
+    assert not _same_printout("v 0.5\n", "v 0.6\n")
+    assert not _same_printout("p 3 (2, 4)\n", "p 3 (2, 5)\n")  # ints and shapes: exact
+    assert not _same_printout("lens 2 3 0\n", "lens 2 3 0\nv 1\n")
