@@ -23,6 +23,7 @@ from ..errors import Unsupported
 from ..fx_ir import (
     call_on_fake,
     clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
+    cpu_sdpa_choice,
     fresh_meta,
     map_aggregate,
     quiet_failed_meta_runs,
@@ -152,9 +153,6 @@ _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", 
                 "enable_gqa")
 _SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
                   "enable_gqa": False}
-#: Above this many bytes of inputs the choice is not asked (the stand-ins are allocated, if
-#: never touched); the example then keeps the meta kernel's layout, which the check covers.
-_SDPA_CHOICE_BYTES = 1 << 30
 
 
 def cpu_flash_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -181,25 +179,9 @@ def cpu_attention_on_meta(kind, target, meta_args, meta_kwargs, devices):
         return target, meta_args, meta_kwargs
     tensors = [bound[p] for p in ("query", "key", "value", "attn_mask") if bound[p] is not None]
     if not all(isinstance(t, torch.Tensor) and type(t) is torch.Tensor and t.is_meta
-               and t.layout is torch.strided for t in tensors):
+               for t in tensors):
         return target, meta_args, meta_kwargs
-    if sum(t.untyped_storage().nbytes() for t in tensors) > _SDPA_CHOICE_BYTES:
-        return target, meta_args, meta_kwargs
-
-    def stand_in(t):
-        if t is None:
-            return None
-        real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
-        return real.requires_grad_(True) if t.requires_grad else real
-
-    try:
-        with torch.no_grad():
-            choice = torch._fused_sdp_choice(
-                stand_in(bound["query"]), stand_in(bound["key"]), stand_in(bound["value"]),
-                stand_in(bound["attn_mask"]), bound["dropout_p"], bound["is_causal"],
-                scale=bound["scale"], enable_gqa=bound["enable_gqa"])
-    except Exception:
-        return target, meta_args, meta_kwargs  # the call's own error comes from the meta run
+    choice = cpu_sdpa_choice(*(bound[p] for p in _SDPA_PARAMS))
     if choice != torch.nn.attention.SDPBackend.FLASH_ATTENTION.value:
         return target, meta_args, meta_kwargs
     return cpu_flash_attention, [], bound

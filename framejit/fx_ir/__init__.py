@@ -15,7 +15,7 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
-from .examples import call_on_fake, clear_meta_memo, fresh_meta, run_on_meta
+from .examples import call_on_fake, clear_meta_memo, cpu_sdpa_choice, fresh_meta, run_on_meta
 from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
@@ -43,6 +43,7 @@ __all__ = [
     "UnsupportedGraphError",
     "call_on_fake",
     "clear_meta_memo",
+    "cpu_sdpa_choice",
     "describe",
     "fresh_meta",
     "has_symbolic_sizes",

@@ -259,6 +259,36 @@ def _baddbmm_on_symbolic_sizes(op: str, target: Any, args: Any, kwargs: dict[str
     return target(x, b1, b2, *args[3:], **rest)
 
 
+#: Above this many bytes of inputs, which kernel CPU attention picks is not asked (the stand-ins
+#: are allocated, if never touched).
+SDPA_CHOICE_BYTES = 1 << 30
+
+
+def cpu_sdpa_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    """The ``torch.nn.attention.SDPBackend`` value ``F.scaled_dot_product_attention`` picks for
+    CPU tensors laid out as the meta tensors given (flash, or the math path), or None when it
+    cannot be asked (too large, or the call raises)."""
+    tensors = [t for t in (query, key, value, attn_mask) if t is not None]
+    if not all(isinstance(t, torch.Tensor) and t.layout is torch.strided for t in tensors) \
+            or sum(t.untyped_storage().nbytes() for t in tensors) > SDPA_CHOICE_BYTES:
+        return None
+
+    def stand_in(t):
+        if t is None:
+            return None
+        real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+        return real.requires_grad_(True) if t.requires_grad else real
+
+    try:
+        with torch.no_grad():
+            return torch._fused_sdp_choice(
+                stand_in(query), stand_in(key), stand_in(value), stand_in(attn_mask), dropout_p,
+                is_causal, scale=scale, enable_gqa=enable_gqa)
+    except Exception:
+        return None
+
+
 def size_symbol_source(text: str):
     """The source object torch's ShapeEnv wants for a new size symbol (it only names the
     symbol in torch's own logs; framejit keeps its own sources): for capture's symbols and the

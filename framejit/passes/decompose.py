@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node
+from ..fx_ir import Graph, Node, cpu_sdpa_choice
 from . import normalize as _normalize
 from .symbolic import SYMBOLIC
 from .util import (
@@ -93,6 +93,50 @@ def _f_log_softmax(b, input, dim=None, _stacklevel=3, dtype=None):
 @RULES.register(torch.log_softmax, torch.special.log_softmax, "log_softmax")
 def _torch_log_softmax(b, input, dim, dtype=None):
     return _softmax(b, input, dim, dtype, log=True)
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+
+
+@RULES.register(F.scaled_dot_product_attention, aten.scaled_dot_product_attention.default)
+def _sdpa(b, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    """Attention that torch computes by its math path on CPU (a key and value with fewer heads
+    than the query, Falcon's multi-query attention; a mask the flash kernel does not take), as
+    that path does: the query and the transposed key each scaled by sqrt(scale), a matmul, the
+    mask added, a softmax whose fully masked rows are 0 (``_safe_softmax``), a matmul. Eager
+    runs that softmax as six separate ops; here it is one kernel. Where torch picks its flash
+    kernel the call stays. fp32, no dropout, no causal flag, no grouped-query flag."""
+    if not all(is_tensor(t) and val(t).dtype == torch.float32 and val(t).dim() == 4
+               for t in (query, key, value)):
+        return None
+    if dropout_p != 0 or is_causal is not False or enable_gqa is not False:
+        return None
+    if scale is not None and not (is_number(scale) and scale > 0):
+        return None
+    if attn_mask is not None and not (is_tensor(attn_mask) and val(attn_mask).dtype in (
+            torch.float32, torch.bool)):
+        return None
+    if torch.device(b.node.meta.get("device", "cpu")).type != "cpu" or SYMBOLIC.get():
+        return None
+    choice = cpu_sdpa_choice(val(query), val(key), val(value),
+                             None if attn_mask is None else val(attn_mask), 0.0, False, scale)
+    if choice != torch.nn.attention.SDPBackend.MATH.value:
+        return None
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(val(query).shape[-1]))
+    scores = b(aten.matmul.default, b.mul(query, factor),
+               b.mul(b(aten.transpose.int, key, -2, -1), factor))
+    if attn_mask is not None:
+        if val(attn_mask).dtype == torch.bool:
+            attn_mask = b(aten.where.Scalar, attn_mask, 0.0, float("-inf"))
+        scores = b.add(scores, attn_mask)
+    last = [val(scores).dim() - 1]
+    top = b(aten.amax.default, scores, last, True)
+    e = b.unary("exp", b.sub(scores, top))
+    weights = b.div(e, b.sum(e, last))
+    weights = b(aten.where.ScalarSelf, b(aten.eq.Scalar, top, float("-inf")), 0.0, weights)
+    return b(aten.matmul.default, weights, value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -513,3 +513,26 @@ def test_row_buffers_stay_within_their_stack_budget(monkeypatch):
     assert_close_to_eager(got, (torch.softmax(x, -1), x.exp()))
     (launcher,) = backend.kernels
     assert "__attribute__((aligned(64)))" not in launcher.source
+
+
+def test_multi_query_attention_softmax_is_one_kernel():
+    # One key/value head for four query heads (Falcon): torch's math path, whose safe softmax
+    # ran as six eager ops; here one reduction kernel between the two matmuls, with fully
+    # masked rows 0 as in eager.
+    from framejit.testing import built_by_pipeline
+
+    def attend(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 33, 16), torch.randn(2, 1, 33, 16), torch.randn(2, 1, 33, 16)
+    mask = torch.ones(33, 33, dtype=torch.bool).tril()
+    mask[7] = False
+    with built_by_pipeline() as built:
+        got = framejit.compile(attend, backend="c")(q, k, v, mask)
+    want = attend(q, k, v, mask)
+    assert_close_to_eager(got, want)
+    assert torch.equal(got[:, :, 7], torch.zeros_like(got[:, :, 7]))
+    (fn,) = built
+    reductions = [k for k in fn.framejit_kernels if k.kernel.is_reduction]
+    assert len(reductions) == 1 and "fj_expf" in reductions[0].source

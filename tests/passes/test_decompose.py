@@ -399,3 +399,53 @@ def test_nodes_that_require_grad_keep_their_composite_ops(capture_graph, fn):
     before = captured.targets()
     assert not decompose(captured.graph)
     assert captured.targets() == before
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+
+SDPA = F.scaled_dot_product_attention
+
+
+def _heads(q_heads, kv_heads, n=12, d=8):
+    torch.manual_seed(0)
+    return (torch.randn(2, q_heads, n, d), torch.randn(2, kv_heads, n, d),
+            torch.randn(2, kv_heads, n, d))
+
+
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "scale"])
+def test_attention_on_torch_s_math_path_is_matmuls_around_a_softmax(rewrite, mask):
+    # Falcon's multi-query attention (one key/value head for four query heads) takes torch's
+    # math path on CPU, whose softmax runs as six eager ops (where, isneginf, all, ...).
+    q, k, v = _heads(4, 1)
+    kwargs = {}
+    if mask == "bool":
+        m = torch.ones(12, 12, dtype=torch.bool).tril()
+        m[5] = False  # a row with nothing to attend to: 0 there, as torch's safe softmax
+        kwargs["attn_mask"] = m
+    elif mask == "float":
+        kwargs["attn_mask"] = torch.randn(2, 1, 12, 12)
+    elif mask == "scale":
+        kwargs["scale"] = 0.3
+    result = rewrite(decompose, lambda q, k, v: SDPA(q, k, v, **kwargs), q, k, v,
+                     rtol=1e-5, atol=1e-6)
+    targets = result.targets()
+    assert SDPA not in targets and targets.count(aten.matmul.default) == 2
+    assert aten.amax.default in targets and aten.exp.default in targets
+    assert all_vocabulary(result, allowed=(aten.matmul.default, aten.transpose.int))
+
+
+@pytest.mark.parametrize("case", ["flash", "fp16", "dropout", "causal", "gqa"])
+def test_attention_torch_runs_with_its_own_kernels_is_left_alone(rewrite, case):
+    # Equal heads: torch's CPU flash kernel. Half precision, dropout, the causal and grouped-
+    # query flags: left to torch too.
+    q, k, v = _heads(4, {"gqa": 2, "dropout": 1}.get(case, 4))
+    kwargs = {"causal": {"is_causal": True}, "gqa": {"enable_gqa": True},
+              "dropout": {"dropout_p": 0.5}}.get(case, {})
+    if case == "fp16":
+        q, k, v = q.half(), k.half(), v.half()
+    # dropout draws random numbers: compared through a product with 0
+    fn = (lambda q, k, v: SDPA(q, k, v, **kwargs) * 0) if case == "dropout" else \
+        (lambda q, k, v: SDPA(q, k, v, **kwargs))
+    result = rewrite(decompose, fn, q, k, v, expect_change=False)
+    assert SDPA in result.targets()
