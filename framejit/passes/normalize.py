@@ -549,3 +549,30 @@ def _arg_extremum(op: Any):
 
 RULES.register(torch.argmax, "argmax")(_arg_extremum(aten.argmax.default))
 RULES.register(torch.argmin, "argmin")(_arg_extremum(aten.argmin.default))
+
+
+# --------------------------------------------------------------------------------------------
+# concatenation
+
+
+@RULES.register(torch.cat, torch.concat, torch.concatenate, aten.cat.default)
+def _cat(b, tensors, dim=0, *, axis=None):
+    """A concatenation with empty inputs joins the others alone; one left is a copy of it. A
+    key/value cache's first update concatenates its empty start with the new keys
+    (``torch.cat([empty, k], dim=-2)`` in every transformers decoder layer), which stayed a torch
+    call: the kernels take no empty inputs. The copy is a pointwise clone the kernel computing
+    the keys writes. Where an empty input decides the result's dtype, nothing changes (the
+    replacement's dtype would differ)."""
+    if axis is not None:
+        dim = axis
+    if not isinstance(tensors, (list, tuple)) or type(dim) is not int \
+            or not all(is_tensor(t) for t in tensors):
+        return None
+    kept = [t for t in tensors if val(t).numel() > 0]
+    if len(kept) == len(tensors) or not kept:
+        return None
+    if len(kept) > 1:
+        return b(aten.cat.default, kept, dim)
+    out = b.out
+    fmt = torch.contiguous_format if out.is_contiguous() else torch.preserve_format
+    return b(aten.clone.default, kept[0], memory_format=fmt)

@@ -489,3 +489,27 @@ def test_a_rewrite_of_the_wrong_dtype_is_rolled_back():
     assert not apply_rules(g, table)
     g.lint()
     assert [n.target for n in g.nodes if n.op == "call_function"] == [torch.relu]
+
+
+# --------------------------------------------------------------------------------------------
+# concatenation
+
+
+def test_a_concatenation_with_empty_inputs_joins_the_others(rewrite):
+    # A key/value cache's first update: cat of its empty start with the new keys.
+    x, empty = torch.randn(2, 1, 8, 4), torch.empty(2, 1, 0, 4)
+    result = rewrite(normalize, lambda x, e: torch.cat([e, x * 2], dim=-2), x, empty)
+    assert aten.cat.default not in result.targets() and torch.cat not in result.targets()
+    assert aten.clone.default in result.targets()
+    result = rewrite(normalize, lambda x, e: torch.cat((e, x, e, x + 1), 2), x, empty)
+    assert aten.cat.default in result.targets() and torch.cat not in result.targets()  # two left
+    # A transposed input: the copy is laid out as cat lays out its result (contiguous).
+    result = rewrite(normalize, lambda x, e: torch.cat([x.transpose(-1, -2), e.transpose(-1, -2)], -1),
+                     x, empty)
+    assert torch.cat not in result.targets()
+
+
+def test_a_concatenation_whose_empty_input_decides_the_dtype_stays(rewrite):
+    x, empty = torch.randn(3, 4), torch.empty(0, 4, dtype=torch.float64)
+    result = rewrite(normalize, lambda x, e: torch.cat([e, x]), x, empty, expect_change=None)
+    assert torch.cat in result.targets()
