@@ -91,10 +91,13 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
     a noisy machine slows all of them alike and their ratios stay meaningful. The clock is
     :func:`cpu_clock`'s.
 
-    Each round takes the functions in its own order (a fixed-seed shuffle): what runs just
-    before a function changes its time. At 2 threads the CNN timed right after eager torch
-    took about 2 ms (20%) longer, whichever compiler it was, and a fixed order eager, framejit,
-    Inductor had charged that to framejit in every run."""
+    Each round takes the functions in its own order (a fixed-seed shuffle), and calls each once
+    untimed before its timed calls: what runs just before a function changes its time. At 2
+    threads the CNN timed right after eager torch took about 2 ms (20%) longer, whichever
+    compiler it was (eager frees 35 MB a call, which the allocator hands back to the system and
+    the next function faults in again); a fixed order eager, framejit, Inductor had charged
+    that to framejit in every run, and a shuffle still charged it to whichever followed eager
+    in more of the rounds the median fell on. A function's timed calls now follow its own."""
     clock, _ = cpu_clock()
     number = {}
     for name, fn in fns.items():
@@ -109,6 +112,7 @@ def interleaved_cpu_ms(fns: dict, *, rounds: int = 15, target_s: float = 0.02) -
         shuffle(order)
         for name in order:
             fn = fns[name]
+            fn()  # untimed: the timed calls follow this function's own call
             t0 = clock()
             for _ in range(number[name]):
                 fn()

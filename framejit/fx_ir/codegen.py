@@ -22,6 +22,7 @@ import keyword
 import math
 import operator
 import re
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -249,6 +250,7 @@ class _Emitter:
         self.globals = _Globals(taken)
         self.attr_globals: dict[str, str] = {}
         self.module_globals: dict[str, str] = {}  # call_module qualname -> its global
+        self.called: dict[str, Any] = {}  # dotted path -> the callable the code calls there
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -294,6 +296,7 @@ class _Emitter:
     def callable_expr(self, fn: Any) -> str:
         path = target_path(fn)
         if path is not None:
+            self.called[path] = fn
             return path
         hint = getattr(fn, "__name__", None) or type(fn).__name__.lower()
         return self.globals.add(hint, fn)
@@ -448,4 +451,56 @@ def generate_python(
         if node is not None:
             lineno_to_node[len(lines)] = node.name
     src = "\n".join(lines) + "\n"
-    return PythonCode(src, emit.globals.values, fn_name, lineno_to_node, emit.attr_globals)
+    values = emit.globals.values
+    for root, pinned in pinned_modules(emit.called).items():
+        if root in values:
+            values[root] = pinned
+    return PythonCode(src, values, fn_name, lineno_to_node, emit.attr_globals)
+
+
+class PinnedModule:
+    """A module as generated code sees it: each callable the code calls by its dotted path
+    (``torch.conv2d``, ``torch.nn.functional.gelu``) is the object captured when the code was
+    generated; any other attribute comes from the module itself (and is kept after its first
+    use). The code used to look the path up at every call: a program that later rebound
+    ``torch.conv2d`` to a wrapper (instrumentation, a patch) then had the graph call the wrapper,
+    whose own ``torch.conv2d``-free code it never captured, and a wrapper that calls back into
+    compiled code recursed without end."""
+
+    def __init__(self, module: Any) -> None:
+        object.__setattr__(self, "_module", module)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        object.__setattr__(self, name, value)
+        return value
+
+    def __repr__(self) -> str:
+        return f"<{self._module.__name__} as the generated code calls it>"
+
+
+def pinned_modules(called: dict[str, Any]) -> dict[str, PinnedModule]:
+    """The root names of ``called``'s paths (``torch``, ``operator``, ``math``) bound to
+    :class:`PinnedModule` trees that hold each called object under its path. A path through
+    anything but modules (``torch.Tensor.view``) is left to the run-time lookup."""
+    roots: dict[str, PinnedModule] = {}
+    for path, fn in called.items():
+        parts = path.split(".")
+        module = {"torch": torch, "operator": operator, "math": math}.get(parts[0])
+        if module is None:
+            continue
+        node = roots.get(parts[0])
+        if node is None:
+            node = roots[parts[0]] = PinnedModule(module)
+        for name in parts[1:-1]:
+            child = node.__dict__.get(name)
+            if child is None:
+                inner = getattr(node._module, name, None)
+                if not isinstance(inner, types.ModuleType):
+                    break
+                child = PinnedModule(inner)
+                object.__setattr__(node, name, child)
+            node = child
+        else:
+            object.__setattr__(node, parts[-1], fn)
+    return roots

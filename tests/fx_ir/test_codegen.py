@@ -29,7 +29,9 @@ def test_python_code_golden(mlp):
             return (transpose, relu)
         """
     )
-    assert code.globals["torch"] is torch and code.globals["operator"] is operator
+    # torch as the code calls it: the callables captured, the rest from the module
+    assert code.globals["torch"].matmul is torch.matmul and code.globals["torch"].relu is torch.relu
+    assert code.globals["torch"].float32 is torch.float32 and code.globals["operator"] is operator
     assert code.lineno_to_node[3] == "matmul" and code.lineno_to_node[8] == "output"
 
 
@@ -303,3 +305,45 @@ def test_a_node_named_like_the_function_is_not_replaced_by_it():
     gm = GraphModule({"forward": torch.tensor(2.0)}, g)
     assert gm(torch.tensor(1.0)).item() == 3.0
     assert gm.forward(torch.tensor(1.0)).item() == 3.0
+
+
+def test_generated_code_calls_the_captured_callables_whatever_their_names_hold_later():
+    # A graph that called torch.conv2d by its path looked the name up at every call: once the
+    # program rebound torch.conv2d to an instrumenting wrapper, the graph called the wrapper,
+    # which framejit then compiled into a graph calling torch.conv2d, which called the wrapper:
+    # a RecursionError. The code now calls the object it captured.
+    import framejit
+
+    conv = torch.conv2d
+    calls = []
+
+    def counting_conv(*args, **kwargs):
+        calls.append(1)
+        return conv(*args, **kwargs)
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = framejit.compile(model, backend="eager")
+    with torch.no_grad():
+        compiled(x)
+        torch.conv2d = counting_conv
+        try:
+            for _ in range(3):
+                got = compiled(x)
+        finally:
+            torch.conv2d = conv
+        want = model(x)  # nn.Conv2d calls F.conv2d, which the rebinding does not touch
+    torch.testing.assert_close(got, want)
+    assert calls == []
+
+
+def test_pinned_modules_hold_called_paths_and_fall_back_to_the_module():
+    from framejit.fx_ir.codegen import pinned_modules
+
+    relu, gelu = torch.relu, torch.nn.functional.gelu
+    roots = pinned_modules({"torch.relu": relu, "torch.nn.functional.gelu": gelu,
+                            "torch.Tensor.view": torch.Tensor.view, "operator.add": operator.add})
+    t = roots["torch"]
+    assert t.relu is relu and t.nn.functional.gelu is gelu
+    assert t.float16 is torch.float16 and t.Tensor is torch.Tensor  # the rest: the module's
+    assert roots["operator"].add is operator.add
