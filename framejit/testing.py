@@ -257,6 +257,26 @@ def assert_close_to_eager(actual: Any, expected: Any, *, rtol: float | None = No
 
 
 @contextlib.contextmanager
+def declined_kernels() -> Iterator[list]:
+    """The reasons of the graphs whose kernels were declined inside the block (a graph with
+    symbolic sizes that kernels cannot serve for every size runs its torch ops): a list that
+    grows as graphs compile."""
+    from framejit import record
+
+    reasons: list = []
+
+    def on_event(event) -> None:
+        if isinstance(event, record.KernelsDeclined):
+            reasons.append(event.reason)
+
+    record.subscribe(on_event)
+    try:
+        yield reasons
+    finally:
+        record.unsubscribe(on_event)
+
+
+@contextlib.contextmanager
 def built_by_pipeline() -> Iterator[list]:
     """The functions the kernel pipeline builds inside the block (``framejit_kernels``,
     ``framejit_graph``, ...): a list that grows as graphs are compiled."""

@@ -8,7 +8,7 @@ import torch
 
 import framejit
 from framejit.capture import convert_frame as cf
-from framejit.testing import RecordingBackend
+from framejit.testing import RecordingBackend, declined_kernels
 
 
 def _entries(fn):
@@ -433,15 +433,11 @@ def test_a_module_buffer_keeps_its_sizes_under_dynamic_true(stats):
     # the graph ran as torch ops. Like parameters, buffers keep their sizes: fused kernels.
     model = WithPositions()
     compiled = framejit.compile(model, dynamic=True, backend="c")  # C also under the fx run
-    declined = []
-    framejit.record.subscribe(declined.append)
-    try:
+    with declined_kernels() as declined:
         for batch in (2, 3, 5):
             x = torch.randn(batch, 8)
             torch.testing.assert_close(compiled(x), model(x))
-    finally:
-        framejit.record.unsubscribe(declined.append)
-    assert not [e for e in declined if type(e).__name__ == "KernelsDeclined"]
+    assert declined == []
     assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
 
 
@@ -453,16 +449,11 @@ def test_kernels_that_need_a_size_relation_get_it_guarded(stats):
     # x[:, :8] on a symbolic width w holds only for w >= 8: the kernels are compiled for every
     # such width and the relation joins the entry's size guard, so a narrower input recompiles.
     compiled = framejit.compile(first_eight, dynamic=True, backend="c")
-    events = []
-    framejit.record.subscribe(events.append)
-    try:
+    with declined_kernels() as declined:
         for width in (10, 12, 9, 6):
             x = torch.randn(3, width)
             torch.testing.assert_close(compiled(x), first_eight(x))
-    finally:
-        framejit.record.unsubscribe(events.append)
-    declined = [e for e in events if type(e).__name__ == "KernelsDeclined"]
-    assert not declined and stats.kernels >= 1
+    assert declined == [] and stats.kernels >= 1
     assert stats.graphs == 2 and stats.recompiles == 1  # widths 10, 12, 9: one graph; 6: another
 
 
@@ -535,16 +526,12 @@ def test_a_slice_bounded_by_a_size_stays_symbolic(stats):
     torch.manual_seed(0)
     model = WithPositionTable()
     compiled = framejit.compile(model, dynamic=True, backend="c")
-    events = []
-    framejit.record.subscribe(events.append)
-    try:
+    with declined_kernels() as declined:
         for n in (5, 9, 17, 64):
             x = torch.randn(2, n, 8)
             with torch.no_grad():  # the embedding's weight requires grad: kernels only without
                 torch.testing.assert_close(compiled(x), model(x))
-    finally:
-        framejit.record.unsubscribe(events.append)
-    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert declined == []
     assert stats.graphs == 1 and stats.recompiles == 0 and stats.kernels >= 1
 
 
@@ -615,15 +602,11 @@ def test_baddbmm_over_symbolic_sizes(stats, form):
         return torch.softmax(s, -1)
 
     compiled = framejit.compile(scores, dynamic=True, backend="c")
-    events = []
-    framejit.record.subscribe(events.append)
-    try:
+    with declined_kernels() as declined:
         for n in (5, 8, 11):
             q, k, alibi = torch.randn(6, n, 4), torch.randn(6, n, 4), torch.randn(6, 1, n)
             torch.testing.assert_close(compiled(q, k, alibi), scores(q, k, alibi))
-    finally:
-        framejit.record.unsubscribe(events.append)
-    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert declined == []
     assert stats.graphs == 1 and stats.recompiles == 0 and not stats.static_retries
     assert stats.kernels >= 1
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import framejit
+from framejit.testing import declined_kernels
 
 T = pytest.importorskip("transformers")
 
@@ -167,9 +168,7 @@ def test_dynamic_sequence_lengths_are_one_graph_with_kernels(stats, name):
         model = make().eval()
     reference = copy.deepcopy(model)
     compiled = framejit.compile(model, dynamic=True, backend="c")
-    events = []
-    framejit.record.subscribe(events.append)
-    try:
+    with declined_kernels() as declined:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for length in (8, 11, 16):
@@ -178,8 +177,6 @@ def test_dynamic_sequence_lengths_are_one_graph_with_kernels(stats, name):
                 expected, got = reference(ids, **extra), compiled(ids, **extra)
                 key = "logits" if "logits" in expected else "last_hidden_state"
                 torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
-    finally:
-        framejit.record.unsubscribe(events.append)
-    assert [e.reason for e in events if type(e).__name__ == "KernelsDeclined"] == []
+    assert declined == []
     assert stats.graphs == 1 and stats.recompiles == 0 and stats.graph_breaks == 0
     assert not stats.static_retries and stats.kernels > 0

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import framejit
-from framejit.testing import assert_close_to_eager, built_by_pipeline
+from framejit.testing import assert_close_to_eager, built_by_pipeline, declined_kernels
 
 
 def _compiled(model, x):
@@ -119,15 +119,11 @@ def test_channels_last_pooling_under_dynamic_shapes_keeps_its_kernels():
     def f(x):
         return torch.nn.functional.max_pool2d(torch.relu(x.contiguous(memory_format=torch.channels_last)) * 2, 2) + 1
 
-    events = []
-    framejit.record.subscribe(events.append)
-    try:
+    with declined_kernels() as declined:
         compiled = framejit.compile(f, backend="c", dynamic=True)
         for n in (4, 6, 8):
             x = torch.randn(2, 8, n, n)
             got, want = compiled(x), f(x)
             assert_close_to_eager(got, want)
             assert got.stride() == want.stride()
-    finally:
-        framejit.record.unsubscribe(events.append)
-    assert not [e for e in events if type(e).__name__ == "KernelsDeclined"]
+    assert declined == []
