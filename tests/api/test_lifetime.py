@@ -67,10 +67,16 @@ def test_memory_does_not_grow_with_dropped_wrappers(monkeypatch):
         round_(3)
         first = tracemalloc.get_traced_memory()[0]
         round_(30)
-        growth = tracemalloc.get_traced_memory()[0] - first
+        second = tracemalloc.get_traced_memory()[0]
         object_growth = len(gc.get_objects()) - objects
+        round_(30)
+        third = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
+    # The smaller of two windows: a table that doubles once (weakref.finalize's registry, 18 KB
+    # at the size the suite's earlier tests leave it) lands in one window only, whereas what
+    # each dropped wrapper left behind would grow both alike.
+    growth = min(second - first, third - second)
     # Before: about 14 KB per plain wrapper and 26 KB per breaking one (43 KB per round).
     assert growth < 30 * 1000, f"{growth / 30:.0f} bytes per round of compile() left behind"
     assert object_growth < 33, f"{object_growth} objects more after 33 rounds of dropped wrappers"
