@@ -34,6 +34,7 @@ from .util import (
     number_fits,
     val,
 )
+from .vocabulary import VOCABULARY
 
 aten = torch.ops.aten
 F = torch.nn.functional
@@ -576,3 +577,47 @@ def _cat(b, tensors, dim=0, *, axis=None):
     out = b.out
     fmt = torch.contiguous_format if out.is_contiguous() else torch.preserve_format
     return b(aten.clone.default, kept[0], memory_format=fmt)
+
+
+# --------------------------------------------------------------------------------------------
+# in-place arithmetic on a result nothing else reads
+
+#: Ops whose result is new memory that only the graph holds (a view of it never exists unless
+#: the graph makes one, which would be a user of the node).
+_FRESH_RESULTS = frozenset({
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+    aten.matmul.default, torch.matmul, torch.mm, torch.bmm, torch.addmm,
+    torch.nn.functional.linear, torch.conv2d, torch.nn.functional.conv2d,
+    operator.matmul, "matmul", "mm", "bmm", "__matmul__",
+})
+
+_INPLACE_ARITH = {
+    operator.iadd: aten.add.Tensor, "add_": aten.add.Tensor, "__iadd__": aten.add.Tensor,
+    operator.isub: aten.sub.Tensor, "sub_": aten.sub.Tensor, "__isub__": aten.sub.Tensor,
+    operator.imul: aten.mul.Tensor, "mul_": aten.mul.Tensor, "__imul__": aten.mul.Tensor,
+    operator.itruediv: aten.div.Tensor, "div_": aten.div.Tensor, "__itruediv__": aten.div.Tensor,
+}
+
+
+def _only_read_here(x: Any, node: Node) -> bool:
+    """``x`` is new memory (a matmul's or convolution's result, or one of the vocabulary's
+    pointwise ops and reductions) that ``node`` alone uses."""
+    if not isinstance(x, Node) or x.op not in ("call_function", "call_method") \
+            or set(x.users) != {node}:
+        return False
+    try:
+        return x.target in _FRESH_RESULTS or (x.target in VOCABULARY and not x.is_impure())
+    except TypeError:  # an unhashable target
+        return False
+
+
+@RULES.register(*_INPLACE_ARITH)
+def _inplace_on_a_dead_result(b, input, other, *, alpha=1):
+    """``a += c`` where ``a`` is a matmul's result read nowhere else (a parallel block's
+    ``attn_out += mlp_out``, Falcon, GPT-J): no one can see ``a`` change, so it is ``a + c``
+    in ``a``'s dtype, a pointwise op the next kernel takes as a prologue. An in-place op stays
+    one otherwise."""
+    if not is_tensor(input) or not _only_read_here(input, b.node):
+        return None
+    r = _arith(b, _INPLACE_ARITH[b.node.target], input, other, alpha)
+    return None if r is None else b.convert(r, val(input).dtype)

@@ -433,7 +433,7 @@ def test_reductions_left_alone(rewrite, fn, x):
     [
         lambda x, y: x.view(-1).transpose(0, 0),
         lambda x, y: x @ y.t(),
-        lambda x, y: x.clone().add_(1),
+        lambda x, y: x.t().t().add_(0),  # in place on a view of an input
         lambda x, y: x // 2,
         lambda x, y: x % 3,
         lambda x, y: torch.div(x, y, rounding_mode="floor"),
@@ -450,15 +450,13 @@ def test_left_alone(rewrite, fn):
     assert changed == []
 
 
-def test_in_place_add_is_left_alone(capture_graph):
+def test_in_place_add_on_an_input_is_left_alone(capture_graph):
     def f(x):
-        y = x * 1
-        y += 1
-        return y
+        x += 1  # the caller sees x change
+        return x * 2
 
     captured = capture_graph(f, torch.randn(3))
-    before = captured.targets()
-    assert operator.iadd in before
+    assert operator.iadd in captured.targets()
     normalize(captured.graph)
     captured.graph.lint()
     assert operator.iadd in captured.targets()
@@ -513,3 +511,59 @@ def test_a_concatenation_whose_empty_input_decides_the_dtype_stays(rewrite):
     x, empty = torch.randn(3, 4), torch.empty(0, 4, dtype=torch.float64)
     result = rewrite(normalize, lambda x, e: torch.cat([e, x]), x, empty, expect_change=None)
     assert torch.cat in result.targets()
+
+
+# --------------------------------------------------------------------------------------------
+# in-place arithmetic
+
+
+def test_in_place_add_on_a_matmul_result_nothing_else_reads_is_an_add(rewrite):
+    # A parallel block's `attn_out += mlp_out` (Falcon, GPT-J): out of place, the next kernel
+    # takes it as a prologue.
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8)
+
+    def f(x, w1, w2):
+        a = x @ w1
+        a += x @ w2
+        a *= 0.5
+        return a
+
+    result = rewrite(normalize, f, x, w1, w2)
+    targets = result.targets()
+    assert operator.iadd not in targets and operator.imul not in targets
+    assert aten.add.Tensor in targets and aten.mul.Tensor in targets
+
+
+def test_in_place_add_stays_where_the_old_value_is_read_or_the_tensor_is_not_fresh(
+        rewrite, capture_graph):
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+
+    def read_again(x, w):
+        a = x @ w
+        v = a[0]  # a view: it sees the change
+        a.add_(1)
+        return v * 2
+
+    def not_fresh(x, w):
+        a = x.t().t()  # a view of the input, which the caller sees change
+        a += 1
+        return a @ w
+
+    result = rewrite(normalize, read_again, x, w, expect_change=None)
+    assert "add_" in result.targets()
+    captured = capture_graph(not_fresh, x, w)
+    normalize(captured.graph)
+    captured.graph.lint()
+    assert operator.iadd in captured.targets()
+
+
+def test_in_place_add_keeps_the_mutated_tensor_s_dtype(rewrite):
+    x, w, c = torch.randn(4, 8), torch.randn(8, 8), torch.randn(4, 8, dtype=torch.float64)
+
+    def f(x, w, c):
+        a = x @ w
+        a += c  # computed in float64, stored in float32
+        return a
+
+    result = rewrite(normalize, f, x, w, c)
+    assert operator.iadd not in result.targets()
