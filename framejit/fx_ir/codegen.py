@@ -479,6 +479,9 @@ class PinnedModule:
         return f"<{self._module.__name__} as the generated code calls it>"
 
 
+_PINNED_ROOTS = {"torch": torch, "operator": operator, "math": math}
+
+
 def pinned_modules(called: dict[str, Any]) -> dict[str, PinnedModule]:
     """The root names of ``called``'s paths (``torch``, ``operator``, ``math``) bound to
     :class:`PinnedModule` trees that hold each called object under its path. A path through
@@ -486,7 +489,7 @@ def pinned_modules(called: dict[str, Any]) -> dict[str, PinnedModule]:
     roots: dict[str, PinnedModule] = {}
     for path, fn in called.items():
         parts = path.split(".")
-        module = {"torch": torch, "operator": operator, "math": math}.get(parts[0])
+        module = _PINNED_ROOTS.get(parts[0])
         if module is None:
             continue
         node = roots.get(parts[0])

@@ -177,6 +177,15 @@ def _fake_like(mode, t: torch.Tensor, device) -> torch.Tensor:
 
 # -- sizes as graph nodes ------------------------------------------------------------------------
 
+#: Size expressions of any number of terms, and the two-argument function that folds them.
+_FOLDS = ((sympy.Add, operator.add), (sympy.Mul, operator.mul),
+          ((sympy.Max, _sym_fns.Max), max), ((sympy.Min, _sym_fns.Min), min))
+
+
+def _fold_of(expr) -> Any:
+    return next((fn for kinds, fn in _FOLDS if isinstance(expr, kinds)), None)
+
+
 def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
               node_of=lambda n: n) -> Node | int:
     """A node of ``graph`` (appended at its insertion point) computing the size ``expr`` from
@@ -197,14 +206,7 @@ def size_node(expr, shapes: SymbolicShapes, graph: Graph, made: dict,
             shape = made[("shape", node)] = graph.call_function(getattr, (node_of(node), "shape"))
             shape.meta["val"] = torch.Size(node.meta["val"].shape)
         result = graph.call_function(operator.getitem, (shape, dim))
-    elif isinstance(expr, (sympy.Mul, sympy.Add)):
-        fn = operator.mul if isinstance(expr, sympy.Mul) else operator.add
-        terms = [size_node(a, shapes, graph, made, node_of) for a in expr.args]
-        result = terms[0]
-        for t in terms[1:]:
-            result = graph.call_function(fn, (result, t))
-    elif isinstance(expr, (sympy.Max, sympy.Min, _sym_fns.Max, _sym_fns.Min)):
-        fn = max if isinstance(expr, (sympy.Max, _sym_fns.Max)) else min  # BART's max(1, s - 1)
+    elif (fn := _fold_of(expr)) is not None:  # s0 * s1 + 2, BART's max(1, s - 1)
         terms = [size_node(a, shapes, graph, made, node_of) for a in expr.args]
         result = terms[0]
         for t in terms[1:]:
