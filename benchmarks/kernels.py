@@ -42,6 +42,7 @@ from timing import (
     fmt_rate,
     gbps,
     interleaved_cpu_ms,
+    keep_freed_memory,
     time_ms,
     use_fresh_caches,
 )
@@ -360,6 +361,7 @@ def main(opts) -> int:
         dtypes = (opts.dtype or "fp32").split(",")
         copy_numel = 1 << 24
         torch.set_num_threads(opts.threads)
+        print(keep_freed_memory())
     elif cuda:
         device = torch.device("cuda")
         device_name = torch.cuda.get_device_name()

@@ -40,7 +40,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from models import Block, GPTConfig, TinyGPT  # noqa: E402
-from timing import cpu_clock, first_call_s, fmt, interleaved_cpu_ms, time_ms, use_fresh_caches  # noqa: E402
+from timing import (  # noqa: E402
+    cpu_clock,
+    first_call_s,
+    fmt,
+    interleaved_cpu_ms,
+    keep_freed_memory,
+    time_ms,
+    use_fresh_caches,
+)
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
@@ -506,6 +514,7 @@ def run_cpu_forward(opts):
     """Forward only under no_grad on CPU tensors: eager, framejit backend="default" (C kernels),
     Inductor, interleaved, with ``opts.threads`` threads."""
     torch.set_num_threads(opts.threads)
+    allocator = keep_freed_memory()
     warnings.filterwarnings("ignore")
     try:
         import transformers
@@ -517,6 +526,7 @@ def run_cpu_forward(opts):
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, CPU, "
           f"{torch.get_num_threads()} thread(s), fp32, steady state timed by {cpu_clock()[1]}, "
           f"caches: {caches}")
+    print(allocator)
     warm = torch.randn(8, 8)
     for compiler in (framejit.compile, lambda f: torch.compile(f, backend="inductor")):
         compiler(lambda x: (x * 2).relu())(warm)  # import and initialise both, untimed

@@ -18,6 +18,29 @@ import time
 import torch
 
 
+def keep_freed_memory() -> str:
+    """Make glibc's allocator keep the memory a process frees (no trimming, and blocks below
+    32 MiB from the heap rather than fresh mappings), so that a call does not fault in its
+    outputs' pages afresh; returns a line saying what the allocator does. Every compiler and
+    eager torch run under the same allocator. glibc's default thresholds adapt to the history
+    of frees: the same script measured eager's and framejit's layer norm anywhere from 5.5 to
+    30 GB/s from one run to the next (page faults of a 16 MB output, some 4 ms a call on this
+    VM), and the CNN's ratio moved by 5%. ``FRAMEJIT_BENCH_MALLOC=system`` keeps the defaults."""
+    if os.environ.get("FRAMEJIT_BENCH_MALLOC") == "system":
+        return "allocator: glibc defaults (FRAMEJIT_BENCH_MALLOC=system)"
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "allocator: the system's (no glibc mallopt)"
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if mallopt(m_trim_threshold, 2**31 - 1) and mallopt(m_mmap_threshold, 32 << 20):
+        return ("allocator: glibc keeps freed memory (no trim; mmap from 32 MiB), as for every "
+                "function timed; FRAMEJIT_BENCH_MALLOC=system for its defaults")
+    return "allocator: glibc defaults (mallopt refused)"
+
+
 def synchronize(device: torch.device | str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()

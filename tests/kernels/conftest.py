@@ -98,6 +98,23 @@ class KernelCompiler:
         return Backend(f"kernels_{id(self)}", self, native=True)
 
 
+def scalar_form(source: str) -> str:
+    """A C kernel's source as a compiler without AVX-512 takes it: the loops rendered in vector
+    tiles as well (``#if FJ_VEC_TILES ... #else``, see c_render.vector_tiles) only in their
+    plain form, for tests about the structure of the loop nest."""
+    lines, skip = [], False
+    for line in source.splitlines():
+        if line == "#if FJ_VEC_TILES":
+            skip = True
+        elif line == "#else" and skip:
+            skip = False
+        elif line == "#endif" and not skip:
+            pass
+        elif not skip:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def run_kernels(fn, *args, reference=False):
     """``fn(*args)`` compiled by the kernel pipeline (the test's renderer, or with
     ``reference=True`` the description's reference interpreter); returns (result,

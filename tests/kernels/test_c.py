@@ -4,6 +4,7 @@ without a C compiler. (Every other kernel test runs through C too: see conftest'
 ``renderer``.)"""
 
 import math
+import subprocess
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ import framejit
 from framejit.kernels import c_render, c_runtime
 from framejit.testing import assert_close_to_eager
 
-from .conftest import run_kernels
+from .conftest import run_kernels, scalar_form
 from .test_kernels import A, P, layer_norm, softmax
 
 
@@ -507,12 +508,13 @@ def test_row_buffers_stay_within_their_stack_budget(monkeypatch):
     got, backend = run_kernels(lambda x: softmax(A.mul.Tensor(x, 0.5)), x)
     assert_close_to_eager(got, torch.softmax(x * 0.5, -1))
     (launcher,) = backend.kernels
-    assert "__attribute__((aligned(64)))" not in launcher.source
-    assert "(fj_scratch)" in launcher.source and launcher.source.count("fj_expf(") == 1
+    source = scalar_form(launcher.source)  # a vector tile's array is not a row buffer
+    assert "__attribute__((aligned(64)))" not in source
+    assert "(fj_scratch)" in source and source.count("fj_expf(") == 1
     got, backend = run_kernels(lambda x: (softmax(x), A.exp.default(x)), x)
     assert_close_to_eager(got, (torch.softmax(x, -1), x.exp()))
     (launcher,) = backend.kernels
-    assert "__attribute__((aligned(64)))" not in launcher.source
+    assert "__attribute__((aligned(64)))" not in scalar_form(launcher.source)
 
 
 def test_multi_query_attention_softmax_is_one_kernel():
@@ -536,3 +538,113 @@ def test_multi_query_attention_softmax_is_one_kernel():
     (fn,) = built
     reductions = [k for k in fn.framejit_kernels if k.kernel.is_reduction]
     assert len(reductions) == 1 and "fj_expf" in reductions[0].source
+
+
+# -- vector tiles: exp and sigmoid in AVX-512 (c_render.vector_tiles) ------------------------------
+
+def _compiler_takes_vector_tiles(tmp_path) -> bool:
+    command, _ = c_runtime.find_compiler()
+    source = tmp_path / "probe.c"
+    source.write_text(c_render.PRELUDE + "\n#if !FJ_VEC_TILES\n#error no vector tiles\n#endif\n")
+    flags = [f for f in c_runtime.FLAGS if f not in ("-shared", "-fPIC")]
+    return subprocess.run([*command, *flags, "-fsyntax-only", str(source)],
+                          capture_output=True).returncode == 0
+
+
+_TILE_PROGRAM = r"""
+#include <stdio.h>
+static int same(float a, float b) {
+    uint32_t x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    return x == y || (a != a && b != b);
+}
+static float x[2048] __attribute__((aligned(64))), e[2048] __attribute__((aligned(64))),
+    s[2048] __attribute__((aligned(64))), we[2048], ws[2048];
+static unsigned long long bad, count;
+static void check(int n) {  /* x[0..n) through the tiles and through the scalar form */
+    memcpy(e, x, sizeof x);
+    memcpy(s, x, sizeof x);
+    fj_exp_tile(e, n);
+    fj_sigmoid_tile(s, n);
+    for (int i = 0; i < n; i++) {
+        we[i] = fj_expf(x[i]);
+        ws[i] = 1.0f / (1.0f + fj_expf(-x[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        bad += !same(e[i], we[i]) + !same(s[i], ws[i]);
+        if (bad && bad < 4 && (!same(e[i], we[i]) || !same(s[i], ws[i])))
+            printf("x=%a: exp %a vs %a, sigmoid %a vs %a\n", x[i], e[i], we[i], s[i], ws[i]);
+    }
+    count += n;
+}
+int main(void) {
+    /* every 7th bit pattern, in tiles of 2045 (a tail of 13 lanes) */
+    for (uint64_t b = 0; b < (1ull << 32); b += 7 * 2045) {
+        for (int i = 0; i < 2045; i++) {
+            const uint32_t u = (uint32_t)(b + 7 * (uint64_t)i);
+            memcpy(&x[i], &u, 4);
+        }
+        check(2045);
+    }
+    /* the edges: subnormal results, the clamps, overflow, specials; each tail length */
+    const float edges[] = {-INFINITY, INFINITY, NAN, -NAN, 0.0f, -0.0f, -104.0f, -103.99999f,
+        -104.00001f, -87.336548f, -87.33655f, -88.0f, -95.5f, -100.25f, 88.376f, 88.3763f,
+        88.72283f, 88.722839f, 89.0f, 89.00001f, 1e-45f, -1e-45f, 0x1p-126f, 1e30f, -1e30f};
+    const int m = (int)(sizeof edges / sizeof edges[0]);
+    for (int n = 1; n <= 48; n++) {
+        for (int i = 0; i < n; i++)
+            x[i] = edges[(i * 7 + n) % m] + (i % 3 == 2 ? 0.001f * (float)i : 0.0f);
+        check(n);
+    }
+    printf("%llu %llu\n", bad, count);
+    return 0;
+}
+"""
+
+
+def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path):
+    # The AVX-512 tile (vscalefps) and the plain loop (gcc's vector code for fj_expf) give
+    # the same bits for exp and sigmoid, at every 7th fp32 bit pattern (613M floats) and at
+    # the edges of the range (subnormal results, the clamps, inf, NaN), with every tail length.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler does not target AVX-512 on this machine: exp and sigmoid "
+                    "stay in their loops (the tile form is not compiled)")
+    command, _ = c_runtime.find_compiler()
+    source, program = tmp_path / "tiles.c", tmp_path / "tiles"
+    source.write_text(c_render.PRELUDE + _TILE_PROGRAM)
+    flags = [f for f in c_runtime.FLAGS if f not in ("-shared", "-fPIC")]
+    subprocess.run([*command, *flags, str(source), "-o", str(program), "-lm"], check=True)
+    out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout
+    bad, count = map(int, out.split()[-2:])
+    assert count > 600_000_000 and bad == 0, out
+
+
+def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
+    # Softmax over rows longer than a tile (two whole tiles and a tail), with -inf, NaN and
+    # values whose exp is subnormal; log-softmax; SiLU over an odd length; a short row. Each
+    # kernel is compiled twice: as this machine's compiler takes it, and with the vector tiles
+    # turned off. Same bits, and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler does not target AVX-512 on this machine")
+    n = 2 * c_render.VEC_TILE + 904
+    x = torch.randn(3, n) * 4
+    x[0, 5], x[1, 2 * c_render.VEC_TILE + 3], x[2, 100] = float("-inf"), float("nan"), -95.0
+    x[2, 101] = 0.0
+    short = torch.randn(5, 37) * 3
+    cases = [(lambda x: softmax(x), x, lambda: torch.softmax(x, -1)),
+             (lambda x: torch.log_softmax(x, -1), x, lambda: torch.log_softmax(x, -1)),
+             (lambda x: torch.nn.functional.silu(x), x[:, :1001], lambda: torch.nn.functional.silu(x[:, :1001])),
+             (lambda x: softmax(x), short, lambda: torch.softmax(short, -1))]
+    for fn, arg, eager in cases:
+        got, backend = run_kernels(fn, arg)
+        source = "".join(k.source for k in backend.kernels)
+        assert "fj_exp_tile(" in source or "fj_sigmoid_tile(" in source, source
+        with monkeypatch.context() as m:
+            m.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-DFJ_NO_VEC_TILES"))
+            c_runtime.clear_memory_cache()
+            plain, _ = run_kernels(fn, arg)
+        c_runtime.clear_memory_cache()
+        assert torch.equal(got.isnan(), plain.isnan())
+        assert torch.equal(got.nan_to_num(), plain.nan_to_num())
+        assert_close_to_eager(got, eager())

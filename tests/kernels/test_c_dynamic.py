@@ -22,6 +22,7 @@ from framejit.kernels.ir import evaluate
 from framejit.kernels.reference import ReferenceLauncher
 from framejit.testing import TOLERANCES, assert_close_to_eager
 
+from .conftest import scalar_form
 from .symbolic import dynamic_launcher
 from .test_kernels import A, P, softmax
 
@@ -114,17 +115,18 @@ def test_pointwise_with_broadcasting(threads, thresholds):
 def test_softmax_over_a_dynamic_last_dim(threads, thresholds):
     launcher = run_sizes(softmax, (torch.randn(4, 6),), [0, 1], BOXES_2D,
                          lambda box: (torch.randn(box) * 3,), twins=[(1, 40000), (2, 129)])
+    source = scalar_form(launcher.source)  # the loops without vector tiles
     # Three ways to run, chosen at run time: one row cut in parts, rows in parallel, plain.
-    assert f"if (ks0 == 1 && ks1 >= {thresholds}) {{" in launcher.source
-    assert f"}} else if (nthreads > 1 && (ks0*ks1) >= {thresholds}) {{" in launcher.source
-    assert launcher.source.count("#pragma omp parallel num_threads(nthreads)") == 2
+    assert f"if (ks0 == 1 && ks1 >= {thresholds}) {{" in source
+    assert f"}} else if (nthreads > 1 && (ks0*ks1) >= {thresholds}) {{" in source
+    assert source.count("#pragma omp parallel num_threads(nthreads)") == 2
     # The loop nest is rendered once, in the function over a range of rows all three call
     # (gcc then vectorizes each loop once); each exp is kept in the output row, whatever the
     # row's length and whether it is cut in parts.
-    assert launcher.source.count("#pragma omp simd") == 3
-    assert launcher.source.count(f"{launcher.cname}_rows(bufs, sizes,") == 4
-    assert "(fj_scratch)" in launcher.source and launcher.source.count("fj_expf(") == 1
-    assert "_rows_b(" not in launcher.source
+    assert source.count("#pragma omp simd") == 3
+    assert source.count(f"{launcher.cname}_rows(bufs, sizes,") == 4
+    assert "(fj_scratch)" in source and source.count("fj_expf(") == 1
+    assert "_rows_b(" not in source
 
 
 def test_fp16_softmax_over_a_dynamic_last_dim_keeps_short_rows_exp(threads, thresholds):
@@ -137,9 +139,10 @@ def test_fp16_softmax_over_a_dynamic_last_dim_keeps_short_rows_exp(threads, thre
     boxes = [(1, 1), (3, 7), (40, 1000), (1, 40000), (3, 12289)]
     launcher = run_sizes(fn, (torch.randn(4, 6).half(),), [0, 1], boxes,
                          lambda box: ((torch.randn(box) * 3).half(),))
-    assert launcher.source.count("#pragma omp simd") == 6
-    assert launcher.source.count(f"if (ks1 <= {c_render.ROW_BUFFER}) {launcher.cname}_rows_b(bufs, sizes,") == 2
-    generic, capped = launcher.source.split(f"void {launcher.cname}_rows_b(")
+    source = scalar_form(launcher.source)  # the loops without vector tiles
+    assert source.count("#pragma omp simd") == 6
+    assert source.count(f"if (ks1 <= {c_render.ROW_BUFFER}) {launcher.cname}_rows_b(bufs, sizes,") == 2
+    generic, capped = source.split(f"void {launcher.cname}_rows_b(")
     assert generic.count("fj_expf(") == 2 and capped.count("fj_expf(") == 1
     assert f"[{c_render.ROW_BUFFER}] __attribute__((aligned(64)))" in capped
 
@@ -152,12 +155,13 @@ def test_softmax_over_dynamic_rows_of_a_static_length_keeps_its_row_buffer(threa
     the output row."""
     launcher = run_sizes(softmax, (torch.randn(4, 96),), [0], [(1, 96), (7, 96), (900, 96)],
                          lambda box: (torch.randn(box) * 3,), twins=[(7, 96), (900, 96)])
+    source = scalar_form(launcher.source)  # the loops without vector tiles
     cut = 96 >= thresholds  # then the exp is kept in the output row (see test_c.py)
-    assert ("[96] __attribute__((aligned(64)))" in launcher.source) == (not cut)
-    assert ("(fj_scratch)" in launcher.source) == cut
-    assert launcher.source.count("fj_expf(") == 1
-    assert ("const int64_t fj_per = " in launcher.source) == cut
-    assert "_rows_b(" not in launcher.source
+    assert ("[96] __attribute__((aligned(64)))" in source) == (not cut)
+    assert ("(fj_scratch)" in source) == cut
+    assert source.count("fj_expf(") == 1
+    assert ("const int64_t fj_per = " in source) == cut
+    assert "_rows_b(" not in source
 
 
 def test_sum_and_amax_over_dim_0(threads, thresholds):
