@@ -289,11 +289,12 @@ static inline fj_v16sf fj_sigmoidv(fj_v16sf x) {
             v = f(v);                                      \
             memcpy(e + i, &v, 64);                         \
         }                                                  \
-        if (i < n) {                                       \
+        const int64_t m = n - i; /* < 16: says so to gcc */ \
+        if (m > 0 && m < 16) {                             \
             v = FJ_V16(0.0f);                              \
-            memcpy(&v, e + i, (size_t)(n - i) * 4);        \
+            memcpy(&v, e + i, (size_t)m * 4);              \
             v = f(v);                                      \
-            memcpy(e + i, &v, (size_t)(n - i) * 4);        \
+            memcpy(e + i, &v, (size_t)m * 4);              \
         }                                                  \
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
