@@ -121,8 +121,10 @@ RAND_TILE = 256
 #: reduction ends once per chunk as before (a horizontal sum is some 60 cycles: tiles of 512
 #: points took most of the gain). 16 KiB of floats per op.
 VEC_TILE = SUM_CHUNK
-#: At most this many ops of one loop in vector tiles (the others stay in the loop).
+#: At most this many exp/sigmoid ops, and fp16 loads and stores, of one loop in vector tiles
+#: (the others stay in the loop): 16 KiB of stack each in a loop that sums.
 MAX_TILED = 2
+MAX_TILED_HALF = 4
 #: A loop that stores and reduces nothing takes tiles of this many points: memory-bound
 #: pointwise kernels (SwiGLU) ran 1.5x slower in tiles of 4096 points, whose exp loop
 #: issued no loads for thousands of cycles; in tiles of 256 the loads keep streaming.
@@ -299,6 +301,7 @@ static inline fj_v16sf fj_sigmoidv(fj_v16sf x) {
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
 FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
+
 #else
 #define FJ_VEC_TILES 0
 #endif
@@ -349,7 +352,16 @@ static inline uint16_t fj_f2bf(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even, as c10::BFloat16 */
     return (uint16_t)(u >> 16);
 }
-#if defined(__FLT16_MAX__) && !defined(FJ_NO_FLOAT16)
+/* fp16 <-> fp32, as torch converts (round to nearest even; NaN stays NaN, with its sign).
+   _Float16 conversions vectorize only where the CPU converts vectors natively (AVX512-FP16,
+   arm64): gcc 12 on an AVX-512 or AVX2 x86 makes each one a scalar vcvtph2ps, and a loop that
+   holds one stays scalar (an fp16 softmax ran 15x slower than bf16's). Elsewhere the
+   conversions are integer arithmetic, selects and one exact multiply, which vectorize: the
+   same results for all
+   65536 halfs and all 2^32 floats (fp32 -> fp16 of a NaN gives 0x7e00 with its sign, as
+   c10::Half does). */
+#if defined(__FLT16_MAX__) && (defined(__AVX512FP16__) || defined(__aarch64__)) \
+    && !defined(FJ_NO_FLOAT16)
 static inline float fj_h2f(uint16_t h) {
     _Float16 v;
     memcpy(&v, &h, 2);
@@ -363,36 +375,66 @@ static inline uint16_t fj_f2h(float f) {
 }
 #else
 static inline float fj_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    /* the half's exponent and significand as a float's low bits: a float 2^-112 times the
+       half's value (subnormal for a subnormal half); one exact multiply by 2^112 rebiases.
+       Inf and NaN (exponent 31) then take exponent 255, keeping their significand. The
+       multiply is computed for every lane and used by all: gcc does not vectorize a loop
+       where a float op is left under a branch (it will not speculate an op that may trap). */
+    const uint32_t em = h & 0x7fffu;
+    uint32_t u = em << 13;
     float f;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else if (e == 0) {
-        f = (float)m * 0x1p-24f;
-        return sign ? -f : f;
-    } else {
-        u = sign | ((e + 112u) << 23) | (m << 13);
-    }
+    memcpy(&f, &u, 4);
+    f *= 0x1p112f;
+    memcpy(&u, &f, 4);
+    u |= (em >= 0x7c00u ? 0x7f800000u : 0u) | ((uint32_t)(h & 0x8000u) << 16);
     memcpy(&f, &u, 4);
     return f;
 }
 static inline uint16_t fj_f2h(float f) {
-    uint32_t x, sign;
+    uint32_t x;
     memcpy(&x, &f, 4);
-    sign = (x >> 16) & 0x8000u;
+    const uint32_t sign = (x >> 16) & 0x8000u;
     x &= 0x7fffffffu;
-    if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (x < 0x38800000u) {  /* a half subnormal: let the FPU round at 2^-24 */
-        float a;
-        uint32_t b;
-        memcpy(&a, &x, 4);
-        a += 0.5f;
-        memcpy(&b, &a, 4);
-        return (uint16_t)(sign | (b - 0x3f000000u));
+    /* a normal half: rebias, and round the 13 dropped bits to nearest even */
+    const uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+    /* a half subnormal (|f| < 2^-14): the significand shifted right by 126 - e (at least 14;
+       at most 31, which leaves 0), rounded to nearest even; integer arithmetic throughout (a
+       float add left under a branch would keep the loop scalar, as above) */
+    const uint32_t e = x >> 23, mant = (x & 0x7fffffu) | 0x800000u;
+    const uint32_t s = e > 112u ? 14u : (126u - e > 31u ? 31u : 126u - e);
+    const uint32_t q = mant >> s, rem = mant & ((1u << s) - 1u), half = 1u << (s - 1u);
+    const uint32_t sub = q + ((rem > half) | ((rem == half) & q));
+    uint32_t o = x < 0x38800000u ? sub : normal;
+    o = x >= 0x477ff000u ? 0x7c00u : o;  /* rounds to inf */
+    o = x > 0x7f800000u ? 0x7e00u : o;   /* NaN */
+    return (uint16_t)(sign | o);
+}
+#endif
+#if FJ_VEC_TILES
+/* fp16 <-> fp32 over a tile with vcvtph2ps / vcvtps2ph (round to nearest even): the values
+   of fj_h2f / fj_f2h, but for a NaN's payload bits (both quiet NaNs of the same sign). */
+typedef short fj_v16hi __attribute__((vector_size(32)));
+static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        fj_v16hi v;
+        memcpy(&v, h + i, 32);
+        const fj_v16sf y = __builtin_ia32_vcvtph2ps512_mask(v, FJ_V16(0.0f), (short)-1, 4);
+        memcpy(f + i, &y, 64);
     }
-    x += 0xc8000fffu + ((x >> 13) & 1u);
-    return (uint16_t)(sign | (x >> 13));
+    for (; i < n; i++)
+        f[i] = fj_h2f(h[i]);
+}
+static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        fj_v16sf v;
+        memcpy(&v, f + i, 64);
+        const fj_v16hi y = __builtin_ia32_vcvtps2ph512_mask(v, 0, (fj_v16hi){0}, (short)-1);
+        memcpy(h + i, &y, 32);
+    }
+    for (; i < n; i++)
+        h[i] = fj_f2h(f[i]);
 }
 #endif
 
@@ -751,15 +793,20 @@ class _Renderer:
         return f"xo_{name} + {part}" if part else f"xo_{name}"
 
     # -- values -------------------------------------------------------------------------------
+    def load_ref(self, op: Op) -> str:
+        """The element a load reads, as a C lvalue in its buffer's own type."""
+        b = self.k.buffer(op.args[0])
+        spans = spans_of(op)
+        at = self.spanned_offset(b.name, op.level, spans) if spans else self.offset(b.name, op.level)
+        return f"{b.name}[{at}]"
+
     def expr(self, op: Op) -> str:
         a = [f"t{x}" if is_operand(x) else x for x in op.args]
         k, dt = op.kind, op.dtype
         ct = c_type(dt)
         if k == "load":
             b = self.k.buffer(op.args[0])
-            spans = spans_of(op)
-            at = self.spanned_offset(b.name, op.level, spans) if spans else self.offset(b.name, op.level)
-            ref = f"{b.name}[{at}]"
+            ref = self.load_ref(op)
             if b.dtype == torch.float16:
                 return f"fj_h2f({ref})"
             if b.dtype == torch.bfloat16:
@@ -896,7 +943,7 @@ class _Renderer:
                     if i in first and i not in buffered and k.ops[i].kind != "store":
                         cost = self.closure([i], buffered - {i})
                         loads = sum(1 for c in cost if k.ops[c].kind == "load" or c in buffered)
-                        if loads >= 2 or any(k.ops[c].kind in _COSTLY for c in cost):
+                        if loads >= 2 or any(k.ops[c].kind in _COSTLY or self.half_load(c) for c in cost):
                             buffered.add(i)
                 body = self.closure(roots, buffered)
             for i in body:
@@ -918,6 +965,12 @@ class _Renderer:
         return [({i for i in body if i in used and first[i] < j},
                  [i for i in body if i in used and first[i] == j])
                 for j, body in enumerate(bodies)]
+
+    def half_load(self, i: int) -> bool:
+        """Whether op ``i`` loads from an fp16 buffer: a conversion that costs more than
+        reading back an fp32 row buffer (a long integer sequence, or a vector tile's steps)."""
+        op = self.k.ops[i]
+        return op.kind == "load" and self.k.buffer(op.args[0]).dtype == torch.float16
 
     def output_scratch(self, used: set[int], last: list[int]) -> str | None:
         """The output whose row can hold the one buffered value of a row that has no row buffer
@@ -1094,7 +1147,7 @@ class _Renderer:
                 tail.append(f"if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
                             f"{{ a{i} = {v}; a{i}_i = r; }}")
         roots = [k.ops[i].args[1] for i in group] + list(self.fill)
-        self.row_loop(pragma, roots, body, lo, hi, ind_t, tail)
+        self.row_loop(pragma, roots, body, lo, hi, ind_t, tail, sums=bool(sums))
         if close:
             self.lines.append(f"{ind}}}")
         for i in float_sums:
@@ -1267,15 +1320,16 @@ class _Renderer:
             self.lines.append(f"{indent}}}")
 
     def row_loop(self, pragma: str | None, roots: list[int], body: list[int], lo: str, hi: str,
-                 indent: str, tail: list[str]) -> None:
+                 indent: str, tail: list[str], sums: bool = False) -> None:
         """The loop over ``r`` in [lo, hi) that computes ``body`` (for ``roots``) and then runs
-        the statements ``tail``, under ``pragma``. Where the body takes exp or sigmoid of fp32
-        values, the loop is also rendered the vector-tile way (see :meth:`vector_tiles`), which
-        the compiler takes where the prelude defines ``FJ_VEC_TILES``."""
-        tiled = self.vector_tiled(body)
-        if tiled:
+        the statements ``tail``, under ``pragma``; ``sums``: the tail adds into a sum. Where the
+        body takes exp or sigmoid of fp32 values, or loads or stores fp16, the loop is also
+        rendered the vector-tile way (see :meth:`vector_tiles`), which the compiler takes where
+        the prelude defines ``FJ_VEC_TILES``."""
+        tiles = self.vector_tiled(body)
+        if any(tiles):
             self.lines.append("#if FJ_VEC_TILES")
-            self.vector_tiles(tiled, pragma, roots, lo, hi, indent, tail)
+            self.vector_tiles(tiles, pragma, roots, lo, hi, indent, tail, sums)
             self.lines.append("#else")
         if pragma:
             self.lines.append(f"{indent}{pragma}")
@@ -1284,16 +1338,16 @@ class _Renderer:
         self.emit(body, indent + "    ")
         self.lines.extend(f"{indent}    {line}" for line in tail)
         self.lines.append(f"{indent}}}")
-        if tiled:
+        if any(tiles):
             self.lines.append("#endif")
 
-    def vector_tiled(self, body: list[int]) -> list[int]:
-        """The ops of ``body`` that a vector tile computes: fp32 exp and sigmoid whose operand
-        needs no other such op. None in a loop that draws random numbers or runs one piece of a
-        concatenated row."""
+    def vector_tiled(self, body: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """What a vector tile computes for ``body``: its fp32 exp and sigmoid ops whose operand
+        needs no other such op, its loads from fp16 buffers and its stores to fp16 buffers
+        (none in a loop that draws random numbers)."""
         k = self.k
-        if self.piece is not None or any(k.ops[i].kind == "rand" for i in body):
-            return []
+        if any(k.ops[i].kind == "rand" for i in body):
+            return [], [], []
         candidates = [i for i in body if k.ops[i].kind in _TILE_FUNCTIONS and i not in self.avail
                       and k.ops[i].dtype == torch.float32]
         tiled = []
@@ -1301,48 +1355,115 @@ class _Renderer:
             inside = set(self.closure([k.ops[i].args[0]]))
             if not inside & set(candidates):
                 tiled.append(i)
-        return tiled[:MAX_TILED]
+        half = [i for i in body if k.ops[i].kind in ("load", "store") and i not in self.avail
+                and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
+        loads = [i for i in half if k.ops[i].kind == "load"]
+        stores = [i for i in half if k.ops[i].kind == "store"]
+        return tiled[:MAX_TILED], loads[:MAX_TILED_HALF], stores[:MAX_TILED_HALF]
 
-    def vector_tiles(self, tiled: list[int], pragma: str | None, roots: list[int], lo: str,
-                     hi: str, indent: str, tail: list[str]) -> None:
-        """The loop of :meth:`row_loop` in tiles of :data:`VEC_TILE` points: a first loop
-        stores the operands of the ``tiled`` ops into local arrays ``e<i>``, a vector function
-        of the prelude (AVX-512, ``fj_exp_tile``) computes the ops in place, and the loop
-        proper reads them. gcc's vector code for the scalar fj_expf takes 8 instructions to
-        scale by 2^k with subnormal results; AVX-512's vscalefps does it in one, and the
-        tile's function computes the same bits (softmax 1.2x faster)."""
+    def vector_tiles(self, tiles: tuple[list[int], list[int], list[int]], pragma: str | None,
+                     roots: list[int], lo: str, hi: str, indent: str, tail: list[str],
+                     sums: bool) -> None:
+        """The loop of :meth:`row_loop` in tiles of points, each tile in steps:
+
+        - each fp16 load (``loads``) copies its values into ``fj_hb`` and converts them to fp32
+          into ``f<i>`` (AVX-512's vcvtph2ps, ``fj_h2f_tile``);
+        - where the loop takes exp or sigmoid (``tiled``), a loop stores their operands into
+          ``e<i>``, and ``fj_exp_tile`` (``fj_sigmoid_tile``) computes them in place: gcc's
+          vector code for the scalar fj_expf takes 8 instructions to scale by 2^k with
+          subnormal results, AVX-512's vscalefps one (softmax 1.2x faster);
+        - the loop proper reads those arrays, and writes each value bound for an fp16 buffer
+          (``stores``) to ``g<i>`` in fp32;
+        - each fp16 store converts ``g<i>`` (vcvtps2ph, ``fj_f2h_tile``) and copies it to its
+          buffer.
+
+        Without AVX512-FP16, gcc makes each fp16 conversion in a loop scalar-only code or a
+        long integer sequence: an fp16 add ran at a quarter of Inductor's speed. Every step
+        computes the same bits as the plain loop. A loop that sums takes a tile per chunk of
+        the sum (:data:`VEC_TILE`), which adds in the plain loop's order; others take
+        :data:`STORE_TILE` points."""
         k = self.k
+        tiled, loads, stores = tiles
         ind = indent + "    "
         inner = ind + "    "
         # A static row shorter than a tile is one tile of its length.
-        size = VEC_TILE if tail else STORE_TILE
+        size = VEC_TILE if sums else STORE_TILE
         tile = min(size, max(self.rnumel, 1)) if isinstance(self.rnumel, int) else size
         self.lines.append(f"{indent}for (int64_t fj_v = {lo}; fj_v < {hi}; fj_v += {tile}) {{")
         self.lines.append(f"{ind}const int64_t fj_ve = FJ_MIN(fj_v + {tile}, {hi});")
-        for i in tiled:
-            self.lines.append(f"{ind}float e{i}[{tile}] __attribute__((aligned(64)));")
-        self.lines.append(f"{ind}#pragma omp simd")
-        self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
-        self.define_dims(self.rdims, "r", "r", inner)
-        self.emit(self.closure([k.ops[i].args[0] for i in tiled]), inner)
-        for i in tiled:
-            self.lines.append(f"{inner}e{i}[r - fj_v] = t{k.ops[i].args[0]};")
-        self.lines.append(f"{ind}}}")
-        for i in tiled:
-            self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}(e{i}, fj_ve - fj_v);")
+        # A load kept in a row buffer for later loops converts straight into it.
+        kept = [i for i in loads if i in self.fill and i not in self.scratch]
+        tail = [line for line in tail if line not in {f"{self.kept(i)} = t{i};" for i in kept}]
+        arrays = ([f"e{i}" for i in tiled] + [f"f{i}" for i in loads if i not in kept]
+                  + [f"g{i}" for i in stores])
+        for name in arrays:
+            self.lines.append(f"{ind}float {name}[{tile}] __attribute__((aligned(64)));")
+        if any(self.contiguous_start(k.ops[i]) is None for i in loads + stores):
+            self.lines.append(f"{ind}uint16_t fj_hb[{tile}] __attribute__((aligned(64)));")
+        read = {i: f"b{i}[r]" if i in kept else f"f{i}[r - fj_v]" for i in loads}
+        for i in loads:
+            start = self.contiguous_start(k.ops[i])
+            if start is None:
+                self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
+                start = "fj_hb"
+            into = f"b{i} + fj_v" if i in kept else f"f{i}"
+            self.lines.append(f"{ind}fj_h2f_tile({start}, {into}, fj_ve - fj_v);")
+        if tiled:
+            self.lines.append(f"{ind}#pragma omp simd")
+            self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
+            self.define_dims(self.rdims, "r", "r", inner)
+            self.emit_reading(self.closure([k.ops[i].args[0] for i in tiled]), read, inner)
+            for i in tiled:
+                self.lines.append(f"{inner}e{i}[r - fj_v] = t{k.ops[i].args[0]};")
+            self.lines.append(f"{ind}}}")
+            for i in tiled:
+                self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}(e{i}, fj_ve - fj_v);")
+                read[i] = f"e{i}[r - fj_v]"
         rest = self.closure(roots, self.avail | set(tiled))
         if pragma:
             self.lines.append(f"{ind}{pragma}")
         self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
         self.define_dims(self.rdims, "r", "r", inner)
         for i in rest:
-            if i in tiled:
-                self.lines.append(f"{inner}const float t{i} = e{i}[r - fj_v];")
+            if i in stores:
+                self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
             else:
-                self.emit([i], inner)
+                self.emit_reading([i], read, inner)
         self.lines.extend(f"{inner}{line}" for line in tail)
         self.lines.append(f"{ind}}}")
+        for i in stores:
+            name = k.ops[i].args[0]
+            start = self.contiguous_start(k.ops[i])
+            self.lines.append(f"{ind}fj_f2h_tile(g{i}, {start or 'fj_hb'}, fj_ve - fj_v);")
+            if start is None:
+                self.simd_copy(f"{name}[{self.offset(name, k.ops[i].level)}] = fj_hb[r - fj_v];", ind)
         self.lines.append(f"{indent}}}")
+
+    def contiguous_start(self, op: Op) -> str | None:
+        """Where a load's or store's elements for the current tile start in its buffer, when
+        they are contiguous there (else None)."""
+        name = op.args[0]
+        if op.kind == "load" and spans_of(op):
+            return None
+        if self.offset(name, op.level) != f"xo_{name} + r":
+            return None
+        return f"{name} + xo_{name} + fj_v"
+
+    def simd_copy(self, statement: str, indent: str) -> None:
+        """A vector loop over the current tile's points running ``statement``."""
+        self.lines.append(f"{indent}#pragma omp simd")
+        self.lines.append(f"{indent}for (int64_t r = fj_v; r < fj_ve; r++) {{")
+        self.define_dims(self.rdims, "r", "r", indent + "    ")
+        self.lines.append(f"{indent}    {statement}")
+        self.lines.append(f"{indent}}}")
+
+    def emit_reading(self, indices, read: dict[int, str], indent: str) -> None:
+        """:meth:`emit`, but the ops in ``read`` take their value from there."""
+        for i in indices:
+            if i in read:
+                self.lines.append(f"{indent}const {local_type(self.k.ops[i].dtype)} t{i} = {read[i]};")
+            else:
+                self.emit([i], indent)
 
     def rand_tiles(self, body: list[int], lo: str, hi: str, indent: str) -> tuple[str, str, str, bool]:
         """Opens a loop over tiles of :data:`RAND_TILE` points of [lo, hi) when ``body`` draws

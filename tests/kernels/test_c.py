@@ -620,6 +620,25 @@ def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path):
     assert count > 600_000_000 and bad == 0, out
 
 
+def _tiles_and_plain(fn, args, monkeypatch):
+    """``fn(*args)`` through C kernels as this machine's compiler takes them, and with the
+    vector tiles turned off: (tiled result, plain result, kernel sources)."""
+    got, backend = run_kernels(fn, *args)
+    source = "".join(k.source for k in backend.kernels)
+    with monkeypatch.context() as m:
+        m.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-DFJ_NO_VEC_TILES"))
+        c_runtime.clear_memory_cache()
+        plain, _ = run_kernels(fn, *args)
+    c_runtime.clear_memory_cache()
+    return got, plain, source
+
+
+def _assert_same_bits(got, plain):
+    for a, b in zip(got if isinstance(got, tuple) else (got,), plain if isinstance(plain, tuple) else (plain,)):
+        assert torch.equal(a.isnan(), b.isnan())
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
 def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
     # Softmax over rows longer than a tile (two whole tiles and a tail), with -inf, NaN and
     # values whose exp is subnormal; log-softmax; SiLU over an odd length; a short row. Each
@@ -637,14 +656,64 @@ def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, th
              (lambda x: torch.nn.functional.silu(x), x[:, :1001], lambda: torch.nn.functional.silu(x[:, :1001])),
              (lambda x: softmax(x), short, lambda: torch.softmax(short, -1))]
     for fn, arg, eager in cases:
-        got, backend = run_kernels(fn, arg)
-        source = "".join(k.source for k in backend.kernels)
+        got, plain, source = _tiles_and_plain(fn, (arg,), monkeypatch)
         assert "fj_exp_tile(" in source or "fj_sigmoid_tile(" in source, source
-        with monkeypatch.context() as m:
-            m.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-DFJ_NO_VEC_TILES"))
-            c_runtime.clear_memory_cache()
-            plain, _ = run_kernels(fn, arg)
-        c_runtime.clear_memory_cache()
-        assert torch.equal(got.isnan(), plain.isnan())
-        assert torch.equal(got.nan_to_num(), plain.nan_to_num())
+        _assert_same_bits(got, plain)
         assert_close_to_eager(got, eager())
+
+
+def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
+    # fp16 loads and stores converted a tile at a time (vcvtph2ps/vcvtps2ph): contiguous ones
+    # in place, strided and broadcast ones through a copy; a reduction whose fp16 input is
+    # kept in a row buffer; a row of pieces (rotate_half); rows past a tile with a tail; NaN,
+    # inf, fp16 subnormals and values that round to inf. Same bits as the plain loop (NaN as
+    # NaN), and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler does not target AVX-512 on this machine")
+    x = (torch.randn(6, 700) * 3).half()
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 6e-8, -3e-6, 65504.0])
+    y = (torch.randn(700, 6) * 3).half().t()  # strided along the row
+    w = torch.randn(700).half()
+    long = (torch.randn(2, 2 * c_render.VEC_TILE + 77) * 2).half()
+
+    def rotary(x):
+        a, b = x[..., :350], x[..., 350:]
+        return x * 0.5 + torch.cat([-b, a], -1) * 2.0
+
+    cases = [(lambda x, y: x + y, (x, y), lambda: x + y),
+             (lambda x, w: (x.float() * 300.0 + w).half(), (x, w), lambda: (x.float() * 300.0 + w).half()),
+             (lambda x: x - x.mean(-1, keepdim=True), (x,), lambda: x - x.mean(-1, keepdim=True)),
+             (lambda x: softmax(x), (long,), lambda: torch.softmax(long, -1)),
+             (lambda x, w: torch.nn.functional.layer_norm(x, (700,), w, w), (x, w),
+              lambda: torch.nn.functional.layer_norm(x.float(), (700,), w.float(), w.float()).half()),
+             (rotary, (x,), lambda: rotary(x))]
+    for fn, args, eager in cases:
+        got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
+        assert "fj_h2f_tile(" in source and "fj_f2h_tile(" in source, source
+        _assert_same_bits(got, plain)
+        assert_close_to_eager(got, eager())
+
+
+def test_fp16_conversions_give_torch_s_bits_for_every_half_and_a_dense_sample_of_floats():
+    # fp16 -> fp32 for all 65536 halfs, and fp32 -> fp16 for every 4099th fp32 bit pattern
+    # plus the rounding edges of fp16's range (its subnormals, the largest finite, the ties),
+    # through C kernels (integer arithmetic on x86 without AVX512-FP16): torch's bits, NaN
+    # kept (as a NaN of the same sign).
+    halfs = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    got, backend = run_kernels(lambda h: P.convert_element_type.default(h, torch.float32) * 1.0, halfs)
+    assert len(backend.kernels) == 1
+    want = halfs.float()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()].view(torch.int32), want[~want.isnan()].view(torch.int32))
+    bits = torch.arange(0, 2**32, 4099, dtype=torch.int64)
+    bits = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+    edges = torch.cat([torch.linspace(-7e-5, 7e-5, 100001), torch.linspace(65000, 65600, 20001),
+                       halfs.float() + halfs.float().abs() * 2**-11,  # ties between halfs
+                       halfs.float() * (1 + 2**-12)])
+    floats = torch.cat([bits.view(torch.float32), edges, -edges])
+    got, backend = run_kernels(lambda x: P.convert_element_type.default(x * 1.0, torch.float16), floats)
+    assert len(backend.kernels) == 1
+    want = floats.half()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()].view(torch.int16), want[~want.isnan()].view(torch.int16))
+    assert torch.equal(got[want.isnan()].signbit(), floats[want.isnan()].signbit())
