@@ -301,6 +301,39 @@ static inline fj_v16sf fj_sigmoidv(fj_v16sf x) {
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
 FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
+/* The sum of e[0..n) in four vector accumulators, then pairwise across lanes */
+static inline float fj_sum_tile(const float *restrict e, int64_t n) {
+    fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        memcpy(&v, e + i, 64);
+        a0 += v;
+        memcpy(&v, e + i + 16, 64);
+        a1 += v;
+        memcpy(&v, e + i + 32, 64);
+        a2 += v;
+        memcpy(&v, e + i + 48, 64);
+        a3 += v;
+    }
+    for (; i + 16 <= n; i += 16) {
+        memcpy(&v, e + i, 64);
+        a0 += v;
+    }
+    const int64_t m = n - i; /* < 16 */
+    if (m > 0 && m < 16) {
+        v = FJ_V16(0.0f);
+        memcpy(&v, e + i, (size_t)m * 4);
+        a1 += v;
+    }
+    a0 = (a0 + a1) + (a2 + a3);
+    /* across lanes in registers: through memory, a 64-byte store read back as floats does not
+       forward (a 1024-float softmax row took 35% longer) */
+    a0 += __builtin_shuffle(a0, (fj_v16si){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    a0 += __builtin_shuffle(a0, (fj_v16si){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    a0 += __builtin_shuffle(a0, (fj_v16si){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    a0 += __builtin_shuffle(a0, (fj_v16si){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return a0[0];
+}
 
 #else
 #define FJ_VEC_TILES 0
@@ -1147,7 +1180,19 @@ class _Renderer:
                 tail.append(f"if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
                             f"{{ a{i} = {v}; a{i}_i = r; }}")
         roots = [k.ops[i].args[1] for i in group] + list(self.fill)
-        self.row_loop(pragma, roots, body, lo, hi, ind_t, tail, sums=bool(sums))
+        # In vector tiles the fp32 sums add a tile at a time (fj_sum_tile), not in the loop.
+        tile_sums = [(i, k.ops[i].args[1]) for i in float_sums] if simd else []
+        tile_pragma = pragma
+        if tile_sums:
+            rest = [chunk[i] for i in sums if i not in float_sums]
+            clause = f"reduction(+:{', '.join(chunk[i] for i in sums)})"
+            tile_pragma = pragma.replace(clause, f"reduction(+:{', '.join(rest)})" if rest else "")
+            dropped = {f"{chunk[i]} += t{src};" for i, src in tile_sums}
+            tile_tail = [line for line in tail if line not in dropped]
+        else:
+            tile_tail = tail
+        self.row_loop(pragma, roots, body, lo, hi, ind_t, tail, sums=bool(sums),
+                      tile=(tile_pragma.rstrip() if tile_pragma else None, tile_tail, tile_sums))
         if close:
             self.lines.append(f"{ind}}}")
         for i in float_sums:
@@ -1320,16 +1365,23 @@ class _Renderer:
             self.lines.append(f"{indent}}}")
 
     def row_loop(self, pragma: str | None, roots: list[int], body: list[int], lo: str, hi: str,
-                 indent: str, tail: list[str], sums: bool = False) -> None:
+                 indent: str, tail: list[str], sums: bool = False, tile=None) -> None:
         """The loop over ``r`` in [lo, hi) that computes ``body`` (for ``roots``) and then runs
         the statements ``tail``, under ``pragma``; ``sums``: the tail adds into a sum. Where the
-        body takes exp or sigmoid of fp32 values, or loads or stores fp16, the loop is also
-        rendered the vector-tile way (see :meth:`vector_tiles`), which the compiler takes where
-        the prelude defines ``FJ_VEC_TILES``."""
+        body takes exp or sigmoid of fp32 values, or loads or stores fp16, or the loop sums
+        fp32 values, the loop is also rendered the vector-tile way (see :meth:`vector_tiles`),
+        which the compiler takes where the prelude defines ``FJ_VEC_TILES``. ``tile``: the pragma, tail and fp32 sums (op,
+        operand) of a reduction's loop in tiles, where those sums add a tile at a time."""
         tiles = self.vector_tiled(body)
-        if any(tiles):
+        # A loop that only sums takes tiles where it reads no memory (a later loop over a row
+        # kept in a row buffer: a layer norm's variance), so that its sums are the bound. A
+        # first loop over memory is bound by it: storing the summands and adding them again
+        # made an fp32 layer norm 1.5x slower.
+        reads = any(self.k.ops[i].kind == "load" and i not in self.avail for i in body)
+        tiled = any(tiles) or bool(tile and tile[2] and not reads)
+        if tiled:
             self.lines.append("#if FJ_VEC_TILES")
-            self.vector_tiles(tiles, pragma, roots, lo, hi, indent, tail, sums)
+            self.vector_tiles(tiles, *(tile or (pragma, tail, [])), roots, lo, hi, indent, sums)
             self.lines.append("#else")
         if pragma:
             self.lines.append(f"{indent}{pragma}")
@@ -1338,7 +1390,7 @@ class _Renderer:
         self.emit(body, indent + "    ")
         self.lines.extend(f"{indent}    {line}" for line in tail)
         self.lines.append(f"{indent}}}")
-        if any(tiles):
+        if tiled:
             self.lines.append("#endif")
 
     def vector_tiled(self, body: list[int]) -> tuple[list[int], list[int], list[int]]:
@@ -1362,8 +1414,8 @@ class _Renderer:
         return tiled[:MAX_TILED], loads[:MAX_TILED_HALF], stores[:MAX_TILED_HALF]
 
     def vector_tiles(self, tiles: tuple[list[int], list[int], list[int]], pragma: str | None,
-                     roots: list[int], lo: str, hi: str, indent: str, tail: list[str],
-                     sums: bool) -> None:
+                     tail: list[str], tile_sums: list[tuple[int, int]], roots: list[int],
+                     lo: str, hi: str, indent: str, sums: bool) -> None:
         """The loop of :meth:`row_loop` in tiles of points, each tile in steps:
 
         - each fp16 load (``loads``) copies its values into ``fj_hb`` and converts them to fp32
@@ -1375,12 +1427,16 @@ class _Renderer:
         - the loop proper reads those arrays, and writes each value bound for an fp16 buffer
           (``stores``) to ``g<i>`` in fp32;
         - each fp16 store converts ``g<i>`` (vcvtps2ph, ``fj_f2h_tile``) and copies it to its
-          buffer.
+          buffer;
+        - each fp32 sum (``tile_sums``) adds its tile's values, which the loop proper stored in
+          ``s<i>`` (or an array above already holds), in four vector accumulators
+          (``fj_sum_tile``): the loop's one accumulator made a sum wait on each add's latency
+          (an fp16 ``x - x.mean(-1)`` 15% slower).
 
         Without AVX512-FP16, gcc makes each fp16 conversion in a loop scalar-only code or a
         long integer sequence: an fp16 add ran at a quarter of Inductor's speed. Every step
-        computes the same bits as the plain loop. A loop that sums takes a tile per chunk of
-        the sum (:data:`VEC_TILE`), which adds in the plain loop's order; others take
+        but the sums computes the same bits as the plain loop (the sums add in another order).
+        A loop that sums takes a tile per chunk of the sum (:data:`VEC_TILE`); others take
         :data:`STORE_TILE` points."""
         k = self.k
         tiled, loads, stores = tiles
@@ -1391,34 +1447,43 @@ class _Renderer:
         tile = min(size, max(self.rnumel, 1)) if isinstance(self.rnumel, int) else size
         self.lines.append(f"{indent}for (int64_t fj_v = {lo}; fj_v < {hi}; fj_v += {tile}) {{")
         self.lines.append(f"{ind}const int64_t fj_ve = FJ_MIN(fj_v + {tile}, {hi});")
-        # A load kept in a row buffer for later loops converts straight into it.
-        kept = [i for i in loads if i in self.fill and i not in self.scratch]
+        # A value kept in a row buffer for later loops is computed (converted) straight into
+        # it: a copy loop from the tile's array, which gcc makes a memcpy call (rep movsb),
+        # cost a 1024-float softmax row 200 cycles.
+        kept = [i for i in tiled + loads if i in self.fill and i not in self.scratch]
         tail = [line for line in tail if line not in {f"{self.kept(i)} = t{i};" for i in kept}]
-        arrays = ([f"e{i}" for i in tiled] + [f"f{i}" for i in loads if i not in kept]
-                  + [f"g{i}" for i in stores])
+        # Where each tiled value's tile starts, and its element at r.
+        begins = {i: f"b{i} + fj_v" if i in kept else f"e{i}" for i in tiled}
+        begins.update({i: f"b{i} + fj_v" if i in kept else f"f{i}" for i in loads})
+        at = {i: f"b{i}[r]" if i in kept else f"{begins[i]}[r - fj_v]" for i in begins}
+        # A sum over a value the loop keeps in a row buffer adds from there.
+        rowbuf = {i: f"b{i} + fj_v" for i in self.fill if i not in self.scratch}
+        summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
+        arrays = ([f"e{i}" for i in tiled if i not in kept] + [f"f{i}" for i in loads if i not in kept]
+                  + [f"g{i}" for i in stores]
+                  + [f"s{i}" for i, src in tile_sums if summed[i] == f"s{i}"])
         for name in arrays:
             self.lines.append(f"{ind}float {name}[{tile}] __attribute__((aligned(64)));")
         if any(self.contiguous_start(k.ops[i]) is None for i in loads + stores):
             self.lines.append(f"{ind}uint16_t fj_hb[{tile}] __attribute__((aligned(64)));")
-        read = {i: f"b{i}[r]" if i in kept else f"f{i}[r - fj_v]" for i in loads}
+        read = {i: at[i] for i in loads}
         for i in loads:
             start = self.contiguous_start(k.ops[i])
             if start is None:
                 self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
                 start = "fj_hb"
-            into = f"b{i} + fj_v" if i in kept else f"f{i}"
-            self.lines.append(f"{ind}fj_h2f_tile({start}, {into}, fj_ve - fj_v);")
+            self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
         if tiled:
             self.lines.append(f"{ind}#pragma omp simd")
             self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
             self.define_dims(self.rdims, "r", "r", inner)
             self.emit_reading(self.closure([k.ops[i].args[0] for i in tiled]), read, inner)
             for i in tiled:
-                self.lines.append(f"{inner}e{i}[r - fj_v] = t{k.ops[i].args[0]};")
+                self.lines.append(f"{inner}{at[i]} = t{k.ops[i].args[0]};")
             self.lines.append(f"{ind}}}")
             for i in tiled:
-                self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}(e{i}, fj_ve - fj_v);")
-                read[i] = f"e{i}[r - fj_v]"
+                self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, fj_ve - fj_v);")
+                read[i] = at[i]
         rest = self.closure(roots, self.avail | set(tiled))
         if pragma:
             self.lines.append(f"{ind}{pragma}")
@@ -1429,8 +1494,13 @@ class _Renderer:
                 self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
             else:
                 self.emit_reading([i], read, inner)
+        for i, src in tile_sums:
+            if summed[i] == f"s{i}":
+                self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
         self.lines.extend(f"{inner}{line}" for line in tail)
         self.lines.append(f"{ind}}}")
+        for i, src in tile_sums:
+            self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
         for i in stores:
             name = k.ops[i].args[0]
             start = self.contiguous_start(k.ops[i])
