@@ -1418,8 +1418,9 @@ class _Renderer:
                      lo: str, hi: str, indent: str, sums: bool) -> None:
         """The loop of :meth:`row_loop` in tiles of points, each tile in steps:
 
-        - each fp16 load (``loads``) copies its values into ``fj_hb`` and converts them to fp32
-          into ``f<i>`` (AVX-512's vcvtph2ps, ``fj_h2f_tile``);
+        - each fp16 load (``loads``) converts its values to fp32 into ``f<i>`` (AVX-512's
+          vcvtph2ps, ``fj_h2f_tile``), from its buffer where they are contiguous there, else
+          from a copy in ``fj_hb``;
         - where the loop takes exp or sigmoid (``tiled``), a loop stores their operands into
           ``e<i>``, and ``fj_exp_tile`` (``fj_sigmoid_tile``) computes them in place: gcc's
           vector code for the scalar fj_expf takes 8 instructions to scale by 2^k with
@@ -1433,7 +1434,9 @@ class _Renderer:
           (``fj_sum_tile``): the loop's one accumulator made a sum wait on each add's latency
           (an fp16 ``x - x.mean(-1)`` 15% slower).
 
-        Without AVX512-FP16, gcc makes each fp16 conversion in a loop scalar-only code or a
+        A value the loop keeps in a row buffer (``b<i>``) is computed there instead of in
+        ``e<i>``/``f<i>``. Without AVX512-FP16, gcc makes each fp16 conversion in a loop
+        scalar-only code or a
         long integer sequence: an fp16 add ran at a quarter of Inductor's speed. Every step
         but the sums computes the same bits as the plain loop (the sums add in another order).
         A loop that sums takes a tile per chunk of the sum (:data:`VEC_TILE`); others take
