@@ -976,7 +976,8 @@ class _Renderer:
                     if i in first and i not in buffered and k.ops[i].kind != "store":
                         cost = self.closure([i], buffered - {i})
                         loads = sum(1 for c in cost if k.ops[c].kind == "load" or c in buffered)
-                        if loads >= 2 or any(k.ops[c].kind in _COSTLY or self.half_load(c) for c in cost):
+                        if loads >= 2 or any(k.ops[c].kind in _COSTLY or self.half_load(c)
+                                             for c in cost):
                             buffered.add(i)
                 body = self.closure(roots, buffered)
             for i in body:
@@ -1370,8 +1371,9 @@ class _Renderer:
         the statements ``tail``, under ``pragma``; ``sums``: the tail adds into a sum. Where the
         body takes exp or sigmoid of fp32 values, or loads or stores fp16, or the loop sums
         fp32 values, the loop is also rendered the vector-tile way (see :meth:`vector_tiles`),
-        which the compiler takes where the prelude defines ``FJ_VEC_TILES``. ``tile``: the pragma, tail and fp32 sums (op,
-        operand) of a reduction's loop in tiles, where those sums add a tile at a time."""
+        which the compiler takes where the prelude defines ``FJ_VEC_TILES``. ``tile``: the
+        pragma, tail and fp32 sums (op, operand) of a reduction's loop in tiles, where those
+        sums add a tile at a time."""
         tiles = self.vector_tiled(body)
         # A loop that only sums takes tiles where it reads no memory (a later loop over a row
         # kept in a row buffer: a layer norm's variance), so that its sums are the bound. A
@@ -1462,7 +1464,8 @@ class _Renderer:
         # A sum over a value the loop keeps in a row buffer adds from there.
         rowbuf = {i: f"b{i} + fj_v" for i in self.fill if i not in self.scratch}
         summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
-        arrays = ([f"e{i}" for i in tiled if i not in kept] + [f"f{i}" for i in loads if i not in kept]
+        arrays = ([f"e{i}" for i in tiled if i not in kept]
+                  + [f"f{i}" for i in loads if i not in kept]
                   + [f"g{i}" for i in stores]
                   + [f"s{i}" for i, src in tile_sums if summed[i] == f"s{i}"])
         for name in arrays:
@@ -1502,7 +1505,7 @@ class _Renderer:
                 self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
         self.lines.extend(f"{inner}{line}" for line in tail)
         self.lines.append(f"{ind}}}")
-        for i, src in tile_sums:
+        for i, _ in tile_sums:
             self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
         for i in stores:
             name = k.ops[i].args[0]

@@ -637,7 +637,9 @@ def _tiles_and_plain(fn, args, monkeypatch):
 def _assert_same_bits(got, plain, sums=False):
     """The same values, NaN where NaN; with ``sums``, the results of sums that add in another
     order in the tiles (four accumulators): within rounding instead."""
-    for a, b in zip(got if isinstance(got, tuple) else (got,), plain if isinstance(plain, tuple) else (plain,)):
+    pairs = zip(got if isinstance(got, tuple) else (got,),
+                plain if isinstance(plain, tuple) else (plain,))
+    for a, b in pairs:
         assert torch.equal(a.isnan(), b.isnan())
         if sums:
             rtol = 1e-5 if a.dtype == torch.float32 else 2e-3
@@ -661,7 +663,8 @@ def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, th
     short = torch.randn(5, 37) * 3
     cases = [(lambda x: softmax(x), x, lambda: torch.softmax(x, -1), True),
              (lambda x: torch.log_softmax(x, -1), x, lambda: torch.log_softmax(x, -1), True),
-             (lambda x: torch.nn.functional.silu(x), x[:, :1001], lambda: torch.nn.functional.silu(x[:, :1001]), False),
+             (lambda x: torch.nn.functional.silu(x), x[:, :1001],
+              lambda: torch.nn.functional.silu(x[:, :1001]), False),
              (lambda x: softmax(x), short, lambda: torch.softmax(short, -1), True)]
     for fn, arg, eager, sums in cases:
         got, plain, source = _tiles_and_plain(fn, (arg,), monkeypatch)
@@ -690,7 +693,8 @@ def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, mon
         return x * 0.5 + torch.cat([-b, a], -1) * 2.0
 
     cases = [(lambda x, y: x + y, (x, y), lambda: x + y, False),
-             (lambda x, w: (x.float() * 300.0 + w).half(), (x, w), lambda: (x.float() * 300.0 + w).half(), False),
+             (lambda x, w: (x.float() * 300.0 + w).half(), (x, w),
+              lambda: (x.float() * 300.0 + w).half(), False),
              (lambda x: x - x.mean(-1, keepdim=True), (x,), lambda: x - x.mean(-1, keepdim=True), True),
              (lambda x: torch.softmax(x, -1), (long,), lambda: torch.softmax(long, -1), True),
              (lambda x, w: torch.nn.functional.layer_norm(x, (700,), w, w), (x, w),
