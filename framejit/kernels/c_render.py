@@ -114,12 +114,10 @@ ROW_BUFFER_BYTES = 65536
 #: A loop that draws random numbers draws them for this many points at a time into a local
 #: buffer (see :meth:`_Renderer.rand_tiles`): 1 KiB of floats, which stays in L1.
 RAND_TILE = 256
-#: A loop that takes exp (or sigmoid) of fp32 values computes them for this many points at a
-#: time, in AVX-512 where the compiler targets it (see :meth:`_Renderer.vector_tiles`): a tile
-#: is a chunk of a sum (:data:`SUM_CHUNK`), or the whole row of a shorter one, so that a sum
-#: adds in the same order as the plain loop's (the same bits on any machine), and each vector
-#: reduction ends once per chunk as before (a horizontal sum is some 60 cycles: tiles of 512
-#: points took most of the gain). 16 KiB of floats per op.
+#: A loop in vector tiles (see :meth:`_Renderer.vector_tiles`) that sums takes tiles of a
+#: chunk of the sum (:data:`SUM_CHUNK`), or the whole row of a shorter one: each tile ends the
+#: loop's vector reductions (a horizontal sum is some 60 cycles: tiles of 512 points took most
+#: of the gain). 16 KiB of floats per array.
 VEC_TILE = SUM_CHUNK
 #: At most this many exp/sigmoid ops, and fp16 loads and stores, of one loop in vector tiles
 #: (the others stay in the loop): 16 KiB of stack each in a loop that sums.
@@ -191,6 +189,17 @@ static inline float fj_pow2i(int32_t k) {  /* 2^k, -126 <= k <= 127 */
     memcpy(&f, &bits, 4);
     return f;
 }
+/* fj_expf's reduction and FMA polynomial, which its AVX-512 form fj_expv shares (the same
+   bits): k = round(x / ln 2) by adding 1.5 * 2^23, r = x - k ln 2 in two parts */
+#define FJ_EXP_LOG2E 1.44269504088896341f
+#define FJ_EXP_ROUND 12582912.0f
+#define FJ_EXP_LN2_HI (-0.693359375f)
+#define FJ_EXP_LN2_LO 2.12194440e-4f
+#define FJ_EXP_P6 1.3814596459e-03f
+#define FJ_EXP_P5 8.3687175065e-03f
+#define FJ_EXP_P4 4.1668388993e-02f
+#define FJ_EXP_P3 1.6666521132e-01f
+#define FJ_EXP_P2 4.9999994040e-01f
 static inline float fj_expf(float x) {
     /* Below -104 the result is 0: those lanes (a mask's -inf) compute exp(0) instead, since
        arithmetic with subnormal results costs a microcode assist per instruction (2.7x slower
@@ -206,18 +215,18 @@ static inline float fj_expf(float x) {
     const int tiny = x < -104.0f;
     float c = x > 89.0f ? 89.0f : x;
     c = tiny ? 0.0f : c;
-    const float k = FJ_MULADD(c, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  /* round */
-    float r = FJ_MULADD(k, -0.693359375f, c);
-    r = FJ_MULADD(k, 2.12194440e-4f, r);
+    const float k = FJ_MULADD(c, FJ_EXP_LOG2E, FJ_EXP_ROUND) - FJ_EXP_ROUND;  /* round */
+    float r = FJ_MULADD(k, FJ_EXP_LN2_HI, c);
+    r = FJ_MULADD(k, FJ_EXP_LN2_LO, r);
 #ifdef __FMA__
     /* exp(r) on |r| <= ln2/2 by our own minimax fit of degree 6 (relative error 3e-9), each
        step one fma: within 0.89 ulp over all floats, and 11% faster than Cephes's form below,
        which ends in an fma and an add (1.01 ulp). Without fma this one is 1.17 ulp off. */
-    float p = 1.3814596459e-03f;
-    p = FJ_MULADD(p, r, 8.3687175065e-03f);
-    p = FJ_MULADD(p, r, 4.1668388993e-02f);
-    p = FJ_MULADD(p, r, 1.6666521132e-01f);
-    p = FJ_MULADD(p, r, 4.9999994040e-01f);
+    float p = FJ_EXP_P6;
+    p = FJ_MULADD(p, r, FJ_EXP_P5);
+    p = FJ_MULADD(p, r, FJ_EXP_P4);
+    p = FJ_MULADD(p, r, FJ_EXP_P3);
+    p = FJ_MULADD(p, r, FJ_EXP_P2);
     p = FJ_MULADD(p, r, 1.0f);
     p = FJ_MULADD(p, r, 1.0f);
 #else
@@ -265,14 +274,14 @@ static inline fj_v16sf fj_expv(fj_v16sf x) {
     /* vminps(89, x) is 89 < x ? 89 : x, which keeps NaN as the scalar form's clamp does */
     fj_v16sf c = __builtin_ia32_minps512_mask(FJ_V16(89.0f), x, x, (short)-1, 4);
     c = (fj_v16sf)((fj_v16si)c & ~tiny);
-    const fj_v16sf k = FJ_VFMA(c, FJ_V16(1.44269504088896341f), FJ_V16(12582912.0f)) - 12582912.0f;
-    fj_v16sf r = FJ_VFMA(k, FJ_V16(-0.693359375f), c);
-    r = FJ_VFMA(k, FJ_V16(2.12194440e-4f), r);
-    fj_v16sf p = FJ_V16(1.3814596459e-03f);
-    p = FJ_VFMA(p, r, FJ_V16(8.3687175065e-03f));
-    p = FJ_VFMA(p, r, FJ_V16(4.1668388993e-02f));
-    p = FJ_VFMA(p, r, FJ_V16(1.6666521132e-01f));
-    p = FJ_VFMA(p, r, FJ_V16(4.9999994040e-01f));
+    const fj_v16sf k = FJ_VFMA(c, FJ_V16(FJ_EXP_LOG2E), FJ_V16(FJ_EXP_ROUND)) - FJ_EXP_ROUND;
+    fj_v16sf r = FJ_VFMA(k, FJ_V16(FJ_EXP_LN2_HI), c);
+    r = FJ_VFMA(k, FJ_V16(FJ_EXP_LN2_LO), r);
+    fj_v16sf p = FJ_V16(FJ_EXP_P6);
+    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P5));
+    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P4));
+    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P3));
+    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P2));
     p = FJ_VFMA(p, r, FJ_V16(1.0f));
     p = FJ_VFMA(p, r, FJ_V16(1.0f));
     const fj_v16sf y = __builtin_ia32_scalefps512_mask(p, k, p, (short)-1, 4);
@@ -390,9 +399,8 @@ static inline uint16_t fj_f2bf(float f) {
    arm64): gcc 12 on an AVX-512 or AVX2 x86 makes each one a scalar vcvtph2ps, and a loop that
    holds one stays scalar (an fp16 softmax ran 15x slower than bf16's). Elsewhere the
    conversions are integer arithmetic, selects and one exact multiply, which vectorize: the
-   same results for all
-   65536 halfs and all 2^32 floats (fp32 -> fp16 of a NaN gives 0x7e00 with its sign, as
-   c10::Half does). */
+   same results for all 65536 halfs and all 2^32 floats (fp32 -> fp16 of a NaN gives 0x7e00
+   with its sign, as c10::Half does). */
 #if defined(__FLT16_MAX__) && (defined(__AVX512FP16__) || defined(__aarch64__)) \
     && !defined(FJ_NO_FLOAT16)
 static inline float fj_h2f(uint16_t h) {
@@ -1148,11 +1156,13 @@ class _Renderer:
                 # leaves the whole row loop scalar (softmax ran 3x slower).
                 self.lines.append(f"{ind}int n{i} = 0;")
         lo, hi, ind_t, close = self.rand_tiles(body, lo, hi, ind)
-        pragma = None
-        if simd:
+
+        def pragma_summing(summed: list[int]) -> str | None:
+            if not simd:
+                return None
             clauses = []
-            if sums:
-                clauses.append(f"reduction(+:{', '.join(chunk[i] for i in sums)})")
+            if summed:
+                clauses.append(f"reduction(+:{', '.join(chunk[i] for i in summed)})")
             for kind in ("max", "min"):
                 names = [f"a{i}" for i in extrema if k.ops[i].args[0] == kind]
                 if names:
@@ -1160,8 +1170,9 @@ class _Renderer:
             flags = [f"n{i}" for i in extrema if k.ops[k.ops[i].args[1]].dtype.is_floating_point]
             if flags:
                 clauses.append(f"reduction(|:{', '.join(flags)})")
-            pragma = f"#pragma omp simd {' '.join(clauses)}"
-        tail = [f"{self.kept(i)} = t{i};" for i in self.fill]
+            return " ".join(["#pragma omp simd", *clauses])
+
+        steps: dict[int, list[str]] = {}  # each reduction's statements at a point
         for i in group:
             kind, src = k.ops[i].args
             v = f"t{src}"
@@ -1169,31 +1180,26 @@ class _Renderer:
                 at = self.acc_type(i)
                 if at.startswith("uint"):
                     v = f"({at}){v}"
-                tail.append(f"{chunk[i]} += {v};")
+                steps[i] = [f"{chunk[i]} += {v};"]
             elif kind in ("max", "min"):
                 cmp = ">" if kind == "max" else "<"
-                tail.append(f"a{i} = {v} {cmp} a{i} ? {v} : a{i};")
+                steps[i] = [f"a{i} = {v} {cmp} a{i} ? {v} : a{i};"]
                 if k.ops[src].dtype.is_floating_point:
-                    tail.append(f"n{i} |= {v} != {v};")
+                    steps[i].append(f"n{i} |= {v} != {v};")
             else:
                 cmp = ">" if kind == "argmax" else "<"
                 # Strictly better keeps the first index; the first NaN wins and stays.
-                tail.append(f"if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
-                            f"{{ a{i} = {v}; a{i}_i = r; }}")
+                steps[i] = [f"if ({v} {cmp} a{i} || ({v} != {v} && a{i} == a{i})) "
+                            f"{{ a{i} = {v}; a{i}_i = r; }}"]
         roots = [k.ops[i].args[1] for i in group] + list(self.fill)
         # In vector tiles the fp32 sums add a tile at a time (fj_sum_tile), not in the loop.
-        tile_sums = [(i, k.ops[i].args[1]) for i in float_sums] if simd else []
-        tile_pragma = pragma
-        if tile_sums:
-            rest = [chunk[i] for i in sums if i not in float_sums]
-            clause = f"reduction(+:{', '.join(chunk[i] for i in sums)})"
-            tile_pragma = pragma.replace(clause, f"reduction(+:{', '.join(rest)})" if rest else "")
-            dropped = {f"{chunk[i]} += t{src};" for i, src in tile_sums}
-            tile_tail = [line for line in tail if line not in dropped]
-        else:
-            tile_tail = tail
-        self.row_loop(pragma, roots, body, lo, hi, ind_t, tail, sums=bool(sums),
-                      tile=(tile_pragma.rstrip() if tile_pragma else None, tile_tail, tile_sums))
+        tile_sums = float_sums if simd else []
+        tile = (pragma_summing([i for i in sums if i not in tile_sums]),
+                [line for i in group if i not in tile_sums for line in steps[i]],
+                [(i, k.ops[i].args[1]) for i in tile_sums])
+        self.row_loop(pragma_summing(sums), roots, body, lo, hi, ind_t,
+                      [line for i in group for line in steps[i]], fills=self.fill,
+                      sums=bool(sums), tile=tile)
         if close:
             self.lines.append(f"{ind}}}")
         for i in float_sums:
@@ -1366,9 +1372,10 @@ class _Renderer:
             self.lines.append(f"{indent}}}")
 
     def row_loop(self, pragma: str | None, roots: list[int], body: list[int], lo: str, hi: str,
-                 indent: str, tail: list[str], sums: bool = False, tile=None) -> None:
-        """The loop over ``r`` in [lo, hi) that computes ``body`` (for ``roots``) and then runs
-        the statements ``tail``, under ``pragma``; ``sums``: the tail adds into a sum. Where the
+                 indent: str, tail: list[str], fills=(), sums: bool = False, tile=None) -> None:
+        """The loop over ``r`` in [lo, hi) that computes ``body`` (for ``roots``), keeps the
+        ops ``fills`` in their row buffers and then runs the statements ``tail``, under
+        ``pragma``; ``sums``: the tail adds into a sum. Where the
         body takes exp or sigmoid of fp32 values, or loads or stores fp16, or the loop sums
         fp32 values, the loop is also rendered the vector-tile way (see :meth:`vector_tiles`),
         which the compiler takes where the prelude defines ``FJ_VEC_TILES``. ``tile``: the
@@ -1383,13 +1390,15 @@ class _Renderer:
         tiled = any(tiles) or bool(tile and tile[2] and not reads)
         if tiled:
             self.lines.append("#if FJ_VEC_TILES")
-            self.vector_tiles(tiles, *(tile or (pragma, tail, [])), roots, lo, hi, indent, sums)
+            self.vector_tiles(tiles, *(tile or (pragma, tail, [])), roots, fills, lo, hi,
+                              indent, sums)
             self.lines.append("#else")
         if pragma:
             self.lines.append(f"{indent}{pragma}")
         self.lines.append(f"{indent}for (int64_t r = {lo}; r < {hi}; r++) {{")
         self.define_dims(self.rdims, "r", "r", indent + "    ")
         self.emit(body, indent + "    ")
+        self.lines.extend(f"{indent}    {self.kept(i)} = t{i};" for i in fills)
         self.lines.extend(f"{indent}    {line}" for line in tail)
         self.lines.append(f"{indent}}}")
         if tiled:
@@ -1417,7 +1426,7 @@ class _Renderer:
 
     def vector_tiles(self, tiles: tuple[list[int], list[int], list[int]], pragma: str | None,
                      tail: list[str], tile_sums: list[tuple[int, int]], roots: list[int],
-                     lo: str, hi: str, indent: str, sums: bool) -> None:
+                     fills, lo: str, hi: str, indent: str, sums: bool) -> None:
         """The loop of :meth:`row_loop` in tiles of points, each tile in steps:
 
         - each fp16 load (``loads``) converts its values to fp32 into ``f<i>`` (AVX-512's
@@ -1438,8 +1447,8 @@ class _Renderer:
 
         A value the loop keeps in a row buffer (``b<i>``) is computed there instead of in
         ``e<i>``/``f<i>``. Without AVX512-FP16, gcc makes each fp16 conversion in a loop
-        scalar-only code or a
-        long integer sequence: an fp16 add ran at a quarter of Inductor's speed. Every step
+        scalar-only code or a long integer sequence: an fp16 add ran at a quarter of
+        Inductor's speed. Every step
         but the sums computes the same bits as the plain loop (the sums add in another order).
         A loop that sums takes a tile per chunk of the sum (:data:`VEC_TILE`); others take
         :data:`STORE_TILE` points."""
@@ -1455,14 +1464,13 @@ class _Renderer:
         # A value kept in a row buffer for later loops is computed (converted) straight into
         # it: a copy loop from the tile's array, which gcc makes a memcpy call (rep movsb),
         # cost a 1024-float softmax row 200 cycles.
-        kept = [i for i in tiled + loads if i in self.fill and i not in self.scratch]
-        tail = [line for line in tail if line not in {f"{self.kept(i)} = t{i};" for i in kept}]
+        kept = [i for i in tiled + loads if i in fills and i not in self.scratch]
         # Where each tiled value's tile starts, and its element at r.
         begins = {i: f"b{i} + fj_v" if i in kept else f"e{i}" for i in tiled}
         begins.update({i: f"b{i} + fj_v" if i in kept else f"f{i}" for i in loads})
         at = {i: f"b{i}[r]" if i in kept else f"{begins[i]}[r - fj_v]" for i in begins}
         # A sum over a value the loop keeps in a row buffer adds from there.
-        rowbuf = {i: f"b{i} + fj_v" for i in self.fill if i not in self.scratch}
+        rowbuf = {i: f"b{i} + fj_v" for i in fills if i not in self.scratch}
         summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
         arrays = ([f"e{i}" for i in tiled if i not in kept]
                   + [f"f{i}" for i in loads if i not in kept]
@@ -1503,6 +1511,7 @@ class _Renderer:
         for i, src in tile_sums:
             if summed[i] == f"s{i}":
                 self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
+        self.lines.extend(f"{inner}{self.kept(i)} = t{i};" for i in fills if i not in kept)
         self.lines.extend(f"{inner}{line}" for line in tail)
         self.lines.append(f"{ind}}}")
         for i, _ in tile_sums:
