@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .. import diskcache
 from .node import is_inplace
 
 #: At most this many memoised results; the memo starts afresh when full.
@@ -500,8 +501,6 @@ class _DiskMemo:
         import sys
 
         if self.folder is None:
-            root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
-                os.path.expanduser("~"), ".cache", "framejit")
             base = _torch_root()
             stamps = []
             for rel in ("version.py", "_meta_registrations.py", "_refs/__init__.py",
@@ -514,7 +513,7 @@ class _DiskMemo:
             ident = "\0".join([str(_DISK_FORMAT), sys.version, torch.__version__,
                                str(getattr(torch.version, "git_version", "")), base, *stamps])
             digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
-            self.folder = os.path.join(root, "meta", f"examples-{digest}")
+            self.folder = os.path.join(diskcache.root(), "meta", f"examples-{digest}")
         return self.folder
 
     def _path(self, disk_key: tuple) -> str:
@@ -575,7 +574,8 @@ class _DiskMemo:
                     marshal.dump((disk_key, value), f)
                 os.replace(tmp, path)
         except (OSError, ValueError):
-            pass  # a cache that cannot be written only costs time
+            return  # a cache that cannot be written only costs time
+        diskcache.note_write(os.path.dirname(self._folder()))  # other builds' folders too
 
 
 _disk = _DiskMemo()

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .. import record
+from .. import diskcache, record
 from .c_render import PRELUDE, named_function, prelude_for
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
@@ -140,6 +140,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     path = os.path.join(folder, f"{key}.so")
     if os.path.exists(path):
         c_counters["disk_hits"] += 1
+        diskcache.note_use(path)
     else:
         source = os.path.join(folder, f"{key}.c")
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -159,6 +160,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
                 f"{' '.join(command)} failed on {source}:\n{result.stderr[-2000:]}")
         os.replace(tmp, path)
         c_counters["compiles"] += 1
+        diskcache.note_write(folder)
     lib = ctypes.CDLL(path)
     _libraries.append(lib)
     return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}

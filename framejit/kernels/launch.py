@@ -12,24 +12,20 @@ torch ops from then on (``fallback``, set by the pipeline), with one warning.
 from __future__ import annotations
 
 import operator
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .. import diskcache
 from .ir import Kernel, expr_text
 
 
 def cache_dir(kind: str) -> str:
     """The disk cache folder of one kind of kernel (``triton``, ``c``):
     ``$FRAMEJIT_CACHE_DIR/<kind>``, by default under ``~/.cache/framejit``."""
-    root = os.environ.get("FRAMEJIT_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "framejit")
-    path = os.path.join(root, kind)
-    os.makedirs(path, exist_ok=True)
-    return path
+    return diskcache.folder(kind)
 
 
 class KernelLauncher:

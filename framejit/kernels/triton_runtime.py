@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .. import record
+from .. import diskcache, record
 from . import triton_render
 from .ir import Kernel, evaluate, expr_text, product
 from .launch import KernelLauncher, cache_dir
@@ -100,6 +100,7 @@ def load_kernel(kernel: Kernel, source: str):
             with open(tmp, "w") as f:
                 f.write(source)
             os.replace(tmp, path)
+            diskcache.note_write(os.path.dirname(path))
         spec = importlib.util.spec_from_file_location(f"framejit_kernel_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         module._jit = triton.jit

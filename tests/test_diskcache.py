@@ -1,0 +1,90 @@
+"""The disk caches stay under their budget: the records used longest ago go first."""
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+import framejit
+from framejit import diskcache
+
+K = 4096  # a disk block: records are counted in whole blocks
+
+
+def _record(path, size, age_days):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+    when = time.time() - age_days * 86400
+    os.utime(path, (when, when))
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(diskcache, "_seen", set())
+    return tmp_path
+
+
+def test_prune_removes_the_oldest_records_down_to_three_quarters_of_the_budget(tmp_path):
+    for i in range(10):  # record 0 is the oldest
+        _record(str(tmp_path / f"r{i}"), K, age_days=10 - i)
+    _record(str(tmp_path / "old-build" / "a"), K, age_days=30)
+    assert diskcache.prune(str(tmp_path), budget=8 * K) == 11 * K - 6 * K
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [f"r{i}" for i in range(4, 10)]  # the old build's folder went with its record
+
+
+def test_prune_leaves_a_folder_under_its_budget_alone(tmp_path):
+    for i in range(4):
+        _record(str(tmp_path / f"r{i}"), K, age_days=100)
+    assert diskcache.prune(str(tmp_path), budget=4 * K) == 0
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_a_used_record_outlives_older_unused_ones(tmp_path):
+    for i in range(4):
+        _record(str(tmp_path / f"r{i}"), K, age_days=10 - i)
+    diskcache.note_use(str(tmp_path / "r0"))
+    diskcache.prune(str(tmp_path), budget=3 * K)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r0", "r3"]
+
+
+def test_a_folder_is_pruned_once_a_day_and_not_when_the_budget_is_zero(fresh, monkeypatch):
+    folder = diskcache.folder("c")
+    for i in range(8):
+        _record(os.path.join(folder, f"r{i}"), 2**20, age_days=8 - i)
+    monkeypatch.setenv("FRAMEJIT_CACHE_MAX_MB", "0")
+    assert diskcache.note_write(folder) is None
+    assert len(os.listdir(folder)) == 8
+    monkeypatch.setenv("FRAMEJIT_CACHE_MAX_MB", "4")
+    assert diskcache.note_write(folder) is None  # this process has looked at the folder already
+    monkeypatch.setattr(diskcache, "_seen", set())
+    diskcache.note_write(folder).join()
+    assert sorted(os.listdir(folder)) == [".pruned", "r5", "r6", "r7"]
+    _record(os.path.join(folder, "r8"), 4 * 2**20, age_days=0)
+    monkeypatch.setattr(diskcache, "_seen", set())  # another process, the same day
+    assert diskcache.note_write(folder) is None
+    assert "r5" in os.listdir(folder)
+
+
+def test_compiling_a_c_kernel_prunes_the_c_cache(fresh, monkeypatch):
+    folder = diskcache.folder("c")
+    for i in range(6):
+        _record(os.path.join(folder, f"stale{i}.so"), 2**20, age_days=30)
+    monkeypatch.setenv("FRAMEJIT_CACHE_MAX_MB", "2")
+
+    @framejit.compile(backend="c")
+    def f(x):
+        return (x * 3.0517 + 1.0).relu()
+
+    x = torch.randn(40)
+    torch.testing.assert_close(f(x), (x * 3.0517 + 1.0).relu())
+    for worker in threading.enumerate():
+        if worker.name == "framejit-cache-prune":
+            worker.join()
+    left = os.listdir(folder)
+    assert sum(name.startswith("stale") for name in left) <= 1
+    assert any(name.endswith(".so") and not name.startswith("stale") for name in left)
