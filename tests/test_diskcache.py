@@ -88,3 +88,4 @@ def test_compiling_a_c_kernel_prunes_the_c_cache(fresh, monkeypatch):
     left = os.listdir(folder)
     assert sum(name.startswith("stale") for name in left) <= 1
     assert any(name.endswith(".so") and not name.startswith("stale") for name in left)
+

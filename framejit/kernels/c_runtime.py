@@ -138,32 +138,43 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
+    lib = None
     if os.path.exists(path):
-        c_counters["disk_hits"] += 1
         diskcache.note_use(path)
-    else:
-        source = os.path.join(folder, f"{key}.c")
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(f"{source}.{os.getpid()}.tmp", "w") as f:
-            f.write(unit)
-        os.replace(f"{source}.{os.getpid()}.tmp", source)
-        defines = [f for f in flags if not f.startswith("-l")]
-        libraries = [f for f in flags if f.startswith("-l")]  # after the source, for the linker
-        result = subprocess.run([*command, *defines, source, "-o", tmp, "-lm", *libraries],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise KernelCompileError(
-                f"{' '.join(command)} failed on {source}:\n{result.stderr[-2000:]}")
-        os.replace(tmp, path)
-        c_counters["compiles"] += 1
-        diskcache.note_write(folder)
-    lib = ctypes.CDLL(path)
+        try:
+            lib = ctypes.CDLL(path)
+            c_counters["disk_hits"] += 1
+        except OSError:
+            pass  # pruned (or cut short) since: compiled again
+    if lib is None:
+        _compile(command, flags, unit, folder, path)
+        lib = ctypes.CDLL(path)
     _libraries.append(lib)
     return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}
+
+
+def _compile(command: list[str], flags: tuple[str, ...], unit: str, folder: str, path: str):
+    """Compile ``unit`` into the shared object ``path`` (written under a temporary name, then
+    renamed, so other processes never load half a file)."""
+    source = path[:-3] + ".c"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(f"{source}.{os.getpid()}.tmp", "w") as f:
+        f.write(unit)
+    os.replace(f"{source}.{os.getpid()}.tmp", source)
+    defines = [f for f in flags if not f.startswith("-l")]
+    libraries = [f for f in flags if f.startswith("-l")]  # after the source, for the linker
+    result = subprocess.run([*command, *defines, source, "-o", tmp, "-lm", *libraries],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise KernelCompileError(
+            f"{' '.join(command)} failed on {source}:\n{result.stderr[-2000:]}")
+    os.replace(tmp, path)
+    c_counters["compiles"] += 1
+    diskcache.note_write(folder)
 
 
 def address_of(launcher: CLauncher) -> int:

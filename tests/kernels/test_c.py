@@ -157,6 +157,29 @@ def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkey
     assert torch.equal(first, second) and torch.equal(first, third)
 
 
+def test_a_shared_object_gone_bad_on_disk_is_compiled_again(tmp_path, monkeypatch):
+    # The cache's pruning (or a crash) may take a file another process has just found.
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 2.0625), 0.375)  # noqa: E731
+    x = torch.randn(9)
+    c_runtime.clear_memory_cache()
+    first, _ = run_kernels(fn, x)
+    load, refused = c_runtime.ctypes.CDLL, []
+
+    def load_once_refused(path):  # as dlopen in another process, on a file pruned since
+        if not refused:
+            refused.append(path)
+            raise OSError(f"{path}: file too short")
+        return load(path)
+
+    monkeypatch.setattr(c_runtime.ctypes, "CDLL", load_once_refused)
+    c_runtime.clear_memory_cache()  # as a new process
+    before = dict(c_runtime.c_counters)
+    second, _ = run_kernels(fn, x)
+    assert refused and c_runtime.c_counters == {**before, "compiles": before["compiles"] + 1}
+    assert torch.equal(first, second)
+
+
 def test_one_shared_object_per_graph(tmp_path, monkeypatch):
     monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
     x, w = torch.randn(4, 8), torch.randn(8, 8)
