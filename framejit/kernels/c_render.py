@@ -127,6 +127,11 @@ MAX_TILED_HALF = 4
 #: pointwise kernels (SwiGLU) ran 1.5x slower in tiles of 4096 points, whose exp loop
 #: issued no loads for thousands of cycles; in tiles of 256 the loads keep streaming.
 STORE_TILE = 256
+#: An fp16 input that every row of a static kernel reads alike (a layer norm's weight and bias)
+#: is converted to fp32 once per call into a local array when the row is at most this long, and
+#: such arrays take at most SHARED_BYTES of stack (see :meth:`_Renderer.shared_half_loads`).
+SHARED_ROW = 8192
+SHARED_BYTES = 65536
 #: The ops a vector tile computes, and the prelude's function that does.
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
@@ -310,7 +315,19 @@ static inline fj_v16sf fj_sigmoidv(fj_v16sf x) {
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
 FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
-/* The sum of e[0..n) in four vector accumulators, then pairwise across lanes */
+/* The sum of four vector accumulators, then pairwise across lanes: in registers (through
+   memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
+   35% longer) */
+static inline float fj_lanes_sum(fj_v16sf a0, fj_v16sf a1, fj_v16sf a2, fj_v16sf a3) {
+    a0 = (a0 + a1) + (a2 + a3);
+    a0 += __builtin_shuffle(a0, (fj_v16si){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    a0 += __builtin_shuffle(a0, (fj_v16si){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    a0 += __builtin_shuffle(a0, (fj_v16si){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    a0 += __builtin_shuffle(a0, (fj_v16si){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return a0[0];
+}
+/* The sum of e[0..n): blocks of 64 into four vector accumulators, then 16 at a time into the
+   first, the last m < 16 into the second (fj_h2f_sum_tile adds in the same order) */
 static inline float fj_sum_tile(const float *restrict e, int64_t n) {
     fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
     int64_t i = 0;
@@ -334,14 +351,7 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
         memcpy(&v, e + i, (size_t)m * 4);
         a1 += v;
     }
-    a0 = (a0 + a1) + (a2 + a3);
-    /* across lanes in registers: through memory, a 64-byte store read back as floats does not
-       forward (a 1024-float softmax row took 35% longer) */
-    a0 += __builtin_shuffle(a0, (fj_v16si){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    a0 += __builtin_shuffle(a0, (fj_v16si){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    a0 += __builtin_shuffle(a0, (fj_v16si){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    a0 += __builtin_shuffle(a0, (fj_v16si){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-    return a0[0];
+    return fj_lanes_sum(a0, a1, a2, a3);
 }
 
 #else
@@ -455,16 +465,43 @@ static inline uint16_t fj_f2h(float f) {
 /* fp16 <-> fp32 over a tile with vcvtph2ps / vcvtps2ph (round to nearest even): the values
    of fj_h2f / fj_f2h, but for a NaN's payload bits (both quiet NaNs of the same sign). */
 typedef short fj_v16hi __attribute__((vector_size(32)));
+/* 16 halfs at h converted into f, and returned */
+static inline fj_v16sf fj_h2f16(const uint16_t *restrict h, float *restrict f) {
+    fj_v16hi w;
+    memcpy(&w, h, 32);
+    const fj_v16sf y = __builtin_ia32_vcvtph2ps512_mask(w, FJ_V16(0.0f), (short)-1, 4);
+    memcpy(f, &y, 64);
+    return y;
+}
 static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        fj_v16hi v;
-        memcpy(&v, h + i, 32);
-        const fj_v16sf y = __builtin_ia32_vcvtph2ps512_mask(v, FJ_V16(0.0f), (short)-1, 4);
-        memcpy(f + i, &y, 64);
-    }
+    for (; i + 16 <= n; i += 16)
+        fj_h2f16(h + i, f + i);
     for (; i < n; i++)
         f[i] = fj_h2f(h[i]);
+}
+/* fj_h2f_tile and fj_sum_tile of its values in one pass over the tile: the same values and the
+   same sum (an fp16 mean's first loop: 8% faster than the two passes) */
+static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
+    fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 += fj_h2f16(h + i, f + i);
+        a1 += fj_h2f16(h + i + 16, f + i + 16);
+        a2 += fj_h2f16(h + i + 32, f + i + 32);
+        a3 += fj_h2f16(h + i + 48, f + i + 48);
+    }
+    for (; i + 16 <= n; i += 16)
+        a0 += fj_h2f16(h + i, f + i);
+    const int64_t m = n - i; /* < 16 */
+    if (m > 0 && m < 16) {
+        for (int64_t j = 0; j < m; j++)
+            f[i + j] = fj_h2f(h[i + j]);
+        v = FJ_V16(0.0f);
+        memcpy(&v, f + i, (size_t)m * 4);
+        a1 += v;
+    }
+    return fj_lanes_sum(a0, a1, a2, a3);
 }
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
     int64_t i = 0;
@@ -685,6 +722,46 @@ class _Renderer:
         # Row-buffered ops kept in an output's own row instead (op -> output name): a static row
         # too long for the stack, as eager's and Inductor's softmax keep exp in their output.
         self.scratch: dict[int, str] = {}
+        # fp16 loads read from their fp32 copy h<i>, made once per call (shared_half_loads).
+        self.shared: list[int] = self.shared_half_loads()
+
+    def shared_half_loads(self) -> list[int]:
+        """The fp16 loads that every row reads alike (no stride along the rows: a layer norm's
+        weight and bias) in a static kernel of several rows, each at most :data:`SHARED_ROW`
+        long: converted once per call into an fp32 array ``h<i>`` that every row (and thread)
+        reads, instead of once per row (two of an fp16 layer norm's three conversions a row,
+        each a vector tile's pass)."""
+        k = self.k
+        if (self.dynamic or self.block is not None or not isinstance(self.rnumel, int)
+                or not isinstance(self.xnumel, int) or self.xnumel < 2
+                or not 0 < self.rnumel <= SHARED_ROW):
+            return []
+        found = []
+        for i, op in enumerate(k.ops):
+            if (op.kind != "load" or op.level != FULL or i in self.invariant or spans_of(op)
+                    or k.buffer(op.args[0]).dtype != torch.float16):
+                continue
+            strides = k.buffer(op.args[0]).strides
+            if all(strides[d] == 0 for d in self.xdims):
+                found.append(i)
+        return found[:SHARED_BYTES // (4 * self.rnumel)]
+
+    def shared_rows(self, indent: str) -> None:
+        """Declares and fills the arrays of :meth:`shared_half_loads` (before the row loop)."""
+        k = self.k
+        for i in self.shared:
+            self.lines.append(f"{indent}float h{i}[{self.rnumel}] __attribute__((aligned(64)));")
+        inner = indent + "    "
+        self.lines.append(f"{indent}{{")
+        for name in sorted({k.ops[i].args[0] for i in self.shared}):
+            self.lines.append(f"{inner}const int64_t xo_{name} = 0;")
+        self.lines.append(f"{inner}#pragma omp simd")
+        self.lines.append(f"{inner}for (int64_t r = 0; r < {self.rnumel}; r++) {{")
+        self.define_dims(self.rdims, "r", "r", inner + "    ")
+        for i in self.shared:
+            self.lines.append(f"{inner}    h{i}[r] = {self.expr(k.ops[i])};")
+        self.lines.append(f"{inner}}}")
+        self.lines.append(f"{indent}}}")
 
     def _row_invariant(self) -> set[int]:
         """FULL ops whose value is the same at every ``r`` of a row: loads that broadcast over
@@ -1012,7 +1089,8 @@ class _Renderer:
         """Whether op ``i`` loads from an fp16 buffer: a conversion that costs more than
         reading back an fp32 row buffer (a long integer sequence, or a vector tile's steps)."""
         op = self.k.ops[i]
-        return op.kind == "load" and self.k.buffer(op.args[0]).dtype == torch.float16
+        return (op.kind == "load" and self.k.buffer(op.args[0]).dtype == torch.float16
+                and i not in self.shared)
 
     def output_scratch(self, used: set[int], last: list[int]) -> str | None:
         """The output whose row can hold the one buffered value of a row that has no row buffer
@@ -1065,6 +1143,9 @@ class _Renderer:
             op = self.k.ops[i]
             if i in self.avail:
                 self.lines.append(f"{indent}const {local_type(op.dtype)} t{i} = {self.kept(i)};")
+                continue
+            if i in self.shared:
+                self.lines.append(f"{indent}const float t{i} = h{i}[r];")
                 continue
             if op.kind == "store":
                 self.store(op, indent)
@@ -1419,7 +1500,7 @@ class _Renderer:
             if not inside & set(candidates):
                 tiled.append(i)
         half = [i for i in body if k.ops[i].kind in ("load", "store") and i not in self.avail
-                and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
+                and i not in self.shared and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
         loads = [i for i in half if k.ops[i].kind == "load"]
         stores = [i for i in half if k.ops[i].kind == "store"]
         return tiled[:MAX_TILED], loads[:MAX_TILED_HALF], stores[:MAX_TILED_HALF]
@@ -1481,12 +1562,21 @@ class _Renderer:
         if any(self.contiguous_start(k.ops[i]) is None for i in loads + stores):
             self.lines.append(f"{ind}uint16_t fj_hb[{tile}] __attribute__((aligned(64)));")
         read = {i: at[i] for i in loads}
+        # A sum of an fp16 load adds its values as they are converted (fj_h2f_sum_tile).
+        summing = {}
+        for i, src in tile_sums:
+            if src in loads and summed[i] == begins[src]:
+                summing.setdefault(src, i)
         for i in loads:
             start = self.contiguous_start(k.ops[i])
             if start is None:
                 self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
                 start = "fj_hb"
-            self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
+            if i in summing:
+                self.lines.append(f"{ind}c{summing[i]} += fj_h2f_sum_tile({start}, {begins[i]}, "
+                                  f"fj_ve - fj_v);")
+            else:
+                self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
         if tiled:
             self.lines.append(f"{ind}#pragma omp simd")
             self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
@@ -1499,23 +1589,29 @@ class _Renderer:
                 self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, fj_ve - fj_v);")
                 read[i] = at[i]
         rest = self.closure(roots, self.avail | set(tiled))
-        if pragma:
-            self.lines.append(f"{ind}{pragma}")
-        self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
-        self.define_dims(self.rdims, "r", "r", inner)
-        for i in rest:
-            if i in stores:
-                self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
-            else:
-                self.emit_reading([i], read, inner)
-        for i, src in tile_sums:
-            if summed[i] == f"s{i}":
-                self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
-        self.lines.extend(f"{inner}{self.kept(i)} = t{i};" for i in fills if i not in kept)
-        self.lines.extend(f"{inner}{line}" for line in tail)
-        self.lines.append(f"{ind}}}")
+        # The loop proper, unless the steps above left it nothing to do (a mean's loop whose
+        # values fj_h2f_sum_tile converts into their row buffer and adds).
+        if (any(k.ops[i].kind == "store" for i in rest) or tail
+                or any(summed[i] == f"s{i}" for i, _ in tile_sums)
+                or any(i not in kept for i in fills)):
+            if pragma:
+                self.lines.append(f"{ind}{pragma}")
+            self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
+            self.define_dims(self.rdims, "r", "r", inner)
+            for i in rest:
+                if i in stores:
+                    self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
+                else:
+                    self.emit_reading([i], read, inner)
+            for i, src in tile_sums:
+                if summed[i] == f"s{i}":
+                    self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
+            self.lines.extend(f"{inner}{self.kept(i)} = t{i};" for i in fills if i not in kept)
+            self.lines.extend(f"{inner}{line}" for line in tail)
+            self.lines.append(f"{ind}}}")
         for i, _ in tile_sums:
-            self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
+            if i not in summing.values():
+                self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
         for i in stores:
             name = k.ops[i].args[0]
             start = self.contiguous_start(k.ops[i])
@@ -1828,6 +1924,8 @@ class _Renderer:
             self.block_rows(ind, "0", "fj_nb")
         else:
             self.lines = [head, *self.prologue(ind), f"{ind}(void)nthreads;"]
+            if self.shared:
+                self.shared_rows(ind)
             split = self.parallel and self.xnumel == 1
             if self.parallel and self.xnumel > 1:
                 self.lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)")
