@@ -692,10 +692,43 @@ def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, th
              (lambda x: softmax(x), short, lambda: torch.softmax(short, -1), True)]
     for fn, arg, eager, sums in cases:
         got, plain, source = _tiles_and_plain(fn, (arg,), monkeypatch)
-        assert "fj_exp_tile(" in source or "fj_sigmoid_tile(" in source, source
-        assert ("fj_sum_tile(" in source) == sums
+        assert any(f"{name}(" in source for name in ("fj_exp_tile", "fj_sigmoid_tile",
+                                                     "fj_exp_sub_tile")), source
+        assert ("fj_sum_tile(" in source or "fj_exp_sub_tile(" in source) == sums
         _assert_same_bits(got, plain, sums)
         assert_close_to_eager(got, eager())
+
+
+def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, threads, monkeypatch):
+    # Softmax and log-softmax over rows of one tile or less (a multiple of 64 points, a tail
+    # past 16, fewer than 16): each row's exp tile also takes the next row's max, which that
+    # row then does not read again. Rows of NaN, -inf and +inf, a NaN only in a row after a
+    # plain one, -0.0; the same bits as the plain loops (sums within rounding) and eager's
+    # values, also where the output is written over the input (a dead matmul result: the
+    # tiles then read no row ahead).
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler does not target AVX-512 on this machine")
+    for n in (1024, 1000, 7):
+        x = torch.randn(9, n) * 4
+        x[1], x[2, 0], x[3, n // 2], x[4] = float("-inf"), float("nan"), float("inf"), -0.0
+        x[5, :] = float("nan")
+        for fn in (softmax, lambda x: torch.log_softmax(x, -1)):
+            got, plain, source = _tiles_and_plain(fn, (x,), monkeypatch)
+            assert "fj_exp_sub_tile(" in source and "if (fj_nx == x)" in source, source
+            _assert_same_bits(got, plain, sums=True)
+            assert_close_to_eager(got, fn(x))
+    a, w = torch.randn(6, 32), torch.randn(32, 1000)
+
+    def scores(a, w):
+        return torch.softmax(a @ w, -1)
+
+    with torch.no_grad():
+        got, backend = run_kernels(scores, a, w)
+    (kernel,) = backend.kernels
+    assert kernel.donated and "fj_exp_sub_tile(" in kernel.source
+    fresh, _ = run_kernels(scores, a, w)  # grad mode: a fresh output, read ahead
+    _assert_same_bits(got, fresh, sums=False)
+    assert_close_to_eager(got, scores(a, w))
 
 
 def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
