@@ -132,6 +132,9 @@ STORE_TILE = 256
 #: such arrays take at most SHARED_BYTES of stack (see :meth:`_Renderer.shared_half_loads`).
 SHARED_ROW = 8192
 SHARED_BYTES = 65536
+#: A loop that converts fp16 and stores and reduces nothing takes tiles of two AVX-512
+#: vectors, kept in registers (see :meth:`_Renderer.vector_tiles`).
+REG_TILE = 32
 #: The ops a vector tile computes, and the prelude's function that does.
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
@@ -1669,99 +1672,128 @@ class _Renderer:
         # A static row shorter than a tile is one tile of its length.
         size = VEC_TILE if sums else STORE_TILE
         tile = min(size, max(self.rnumel, 1)) if isinstance(self.rnumel, int) else size
-        self.lines.append(f"{indent}for (int64_t fj_v = {lo}; fj_v < {hi}; fj_v += {tile}) {{")
-        self.lines.append(f"{ind}const int64_t fj_ve = FJ_MIN(fj_v + {tile}, {hi});")
-        # A value kept in a row buffer for later loops is computed (converted) straight into
-        # it: a copy loop from the tile's array, which gcc makes a memcpy call (rep movsb),
-        # cost a 1024-float softmax row 200 cycles.
-        kept = [i for i in tiled + loads if i in fills and i not in self.scratch]
-        # Where each tiled value's tile starts, and its element at r.
-        begins = {i: f"b{i} + fj_v" if i in kept else f"e{i}" for i in tiled}
-        begins.update({i: f"b{i} + fj_v" if i in kept else f"f{i}" for i in loads})
-        at = {i: f"b{i}[r]" if i in kept else f"{begins[i]}[r - fj_v]" for i in begins}
-        # A sum over a value the loop keeps in a row buffer adds from there.
-        rowbuf = {i: f"b{i} + fj_v" for i in fills if i not in self.scratch}
-        summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
-        arrays = ([f"e{i}" for i in tiled if i not in kept]
-                  + [f"f{i}" for i in loads if i not in kept]
-                  + [f"g{i}" for i in stores]
-                  + [f"s{i}" for i, src in tile_sums if summed[i] == f"s{i}"])
-        for name in arrays:
-            self.lines.append(f"{ind}float {name}[{tile}] __attribute__((aligned(64)));")
-        if any(self.contiguous_start(k.ops[i]) is None for i in loads + stores):
-            self.lines.append(f"{ind}uint16_t fj_hb[{tile}] __attribute__((aligned(64)));")
-        read = {i: at[i] for i in loads}
-        # A sum of an fp16 load adds its values as they are converted (fj_h2f_sum_tile).
-        summing = {}
-        for i, src in tile_sums:
-            if src in loads and summed[i] == begins[src]:
-                summing.setdefault(src, i)
-        for i in loads:
-            start = self.contiguous_start(k.ops[i])
-            if start is None:
-                self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
-                start = "fj_hb"
-            if i in summing:
-                self.lines.append(f"{ind}c{summing[i]} += fj_h2f_sum_tile({start}, {begins[i]}, "
-                                  f"fj_ve - fj_v);")
-            else:
-                self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
-        exp_sum = None  # the sum of the exps, which fj_exp_sub_tile also takes
-        if ahead is not None:
-            top, src, _, step = self.ahead
-            here = f"{k.ops[src].args[0]} + xo_{k.ops[src].args[0]} + fj_v"
-            exp_sum = next((i for i, s in tile_sums if s == ahead and summed[i] == begins[ahead]),
-                           None)
-            into = "(void)" if exp_sum is None else f"c{exp_sum} += "
-            # Two calls, each inlined for its own case (one loop testing next ran 1.2x slower).
-            for test, nxt in (("if (fj_ahead)", f"{here} + {step}"), ("else", "NULL")):
-                self.lines.append(f"{ind}{test}")
-                self.lines.append(f"{ind}    {into}fj_exp_sub_tile({here}, t{top}, {begins[ahead]}, "
-                                  f"fj_ve - fj_v, {nxt}, &fj_nm, &fj_nn);")
-            read[ahead] = at[ahead]
-        others = [i for i in tiled if i != ahead]
-        if others:
-            self.lines.append(f"{ind}#pragma omp simd")
-            self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
-            self.define_dims(self.rdims, "r", "r", inner)
-            self.emit_reading(self.closure([k.ops[i].args[0] for i in others]), read, inner)
-            for i in others:
-                self.lines.append(f"{inner}{at[i]} = t{k.ops[i].args[0]};")
-            self.lines.append(f"{ind}}}")
-            for i in others:
-                self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, fj_ve - fj_v);")
-                read[i] = at[i]
-        rest = self.closure(roots, self.avail | set(tiled))
-        # The loop proper, unless the steps above left it nothing to do (a mean's loop whose
-        # values fj_h2f_sum_tile converts into their row buffer and adds).
-        if (any(k.ops[i].kind == "store" for i in rest) or tail
-                or any(summed[i] == f"s{i}" for i, _ in tile_sums)
-                or any(i not in kept for i in fills)):
-            if pragma:
-                self.lines.append(f"{ind}{pragma}")
-            self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
-            self.define_dims(self.rdims, "r", "r", inner)
-            for i in rest:
-                if i in stores:
-                    self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
-                else:
-                    self.emit_reading([i], read, inner)
+
+        def one_tile() -> None:
+            """The steps of one tile (``fj_v`` and ``fj_ve`` defined)."""
+            # A value kept in a row buffer for later loops is computed (converted) straight into
+            # it: a copy loop from the tile's array, which gcc makes a memcpy call (rep movsb),
+            # cost a 1024-float softmax row 200 cycles.
+            kept = [i for i in tiled + loads if i in fills and i not in self.scratch]
+            # Where each tiled value's tile starts, and its element at r.
+            begins = {i: f"b{i} + fj_v" if i in kept else f"e{i}" for i in tiled}
+            begins.update({i: f"b{i} + fj_v" if i in kept else f"f{i}" for i in loads})
+            at = {i: f"b{i}[r]" if i in kept else f"{begins[i]}[r - fj_v]" for i in begins}
+            # A sum over a value the loop keeps in a row buffer adds from there.
+            rowbuf = {i: f"b{i} + fj_v" for i in fills if i not in self.scratch}
+            summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
+            arrays = ([f"e{i}" for i in tiled if i not in kept]
+                      + [f"f{i}" for i in loads if i not in kept]
+                      + [f"g{i}" for i in stores]
+                      + [f"s{i}" for i, src in tile_sums if summed[i] == f"s{i}"])
+            for name in arrays:
+                self.lines.append(f"{ind}float {name}[{tile}] __attribute__((aligned(64)));")
+            if any(self.contiguous_start(k.ops[i]) is None for i in loads + stores):
+                self.lines.append(f"{ind}uint16_t fj_hb[{tile}] __attribute__((aligned(64)));")
+            read = {i: at[i] for i in loads}
+            # A sum of an fp16 load adds its values as they are converted (fj_h2f_sum_tile).
+            summing = {}
             for i, src in tile_sums:
-                if summed[i] == f"s{i}":
-                    self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
-            self.lines.extend(f"{inner}{self.kept(i)} = t{i};" for i in fills if i not in kept)
-            self.lines.extend(f"{inner}{line}" for line in tail)
-            self.lines.append(f"{ind}}}")
-        for i, _ in tile_sums:
-            if i not in summing.values() and i != exp_sum:
-                self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
-        for i in stores:
-            name = k.ops[i].args[0]
-            start = self.contiguous_start(k.ops[i])
-            self.lines.append(f"{ind}fj_f2h_tile(g{i}, {start or 'fj_hb'}, fj_ve - fj_v);")
-            if start is None:
-                self.simd_copy(f"{name}[{self.offset(name, k.ops[i].level)}] = fj_hb[r - fj_v];", ind)
-        self.lines.append(f"{indent}}}")
+                if src in loads and summed[i] == begins[src]:
+                    summing.setdefault(src, i)
+            for i in loads:
+                start = self.contiguous_start(k.ops[i])
+                if start is None:
+                    self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
+                    start = "fj_hb"
+                if i in summing:
+                    self.lines.append(f"{ind}c{summing[i]} += fj_h2f_sum_tile({start}, {begins[i]}, "
+                                      f"fj_ve - fj_v);")
+                else:
+                    self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
+            exp_sum = None  # the sum of the exps, which fj_exp_sub_tile also takes
+            if ahead is not None:
+                top, src, _, step = self.ahead
+                here = f"{k.ops[src].args[0]} + xo_{k.ops[src].args[0]} + fj_v"
+                exp_sum = next((i for i, s in tile_sums if s == ahead and summed[i] == begins[ahead]),
+                               None)
+                into = "(void)" if exp_sum is None else f"c{exp_sum} += "
+                # Two calls, each inlined for its own case (one loop testing next ran 1.2x slower).
+                for test, nxt in (("if (fj_ahead)", f"{here} + {step}"), ("else", "NULL")):
+                    self.lines.append(f"{ind}{test}")
+                    self.lines.append(f"{ind}    {into}fj_exp_sub_tile({here}, t{top}, {begins[ahead]}, "
+                                      f"fj_ve - fj_v, {nxt}, &fj_nm, &fj_nn);")
+                read[ahead] = at[ahead]
+            others = [i for i in tiled if i != ahead]
+            if others:
+                self.lines.append(f"{ind}#pragma omp simd")
+                self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
+                self.define_dims(self.rdims, "r", "r", inner)
+                self.emit_reading(self.closure([k.ops[i].args[0] for i in others]), read, inner)
+                for i in others:
+                    self.lines.append(f"{inner}{at[i]} = t{k.ops[i].args[0]};")
+                self.lines.append(f"{ind}}}")
+                for i in others:
+                    self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, fj_ve - fj_v);")
+                    read[i] = at[i]
+            rest = self.closure(roots, self.avail | set(tiled))
+            # The loop proper, unless the steps above left it nothing to do (a mean's loop whose
+            # values fj_h2f_sum_tile converts into their row buffer and adds).
+            if (any(k.ops[i].kind == "store" for i in rest) or tail
+                    or any(summed[i] == f"s{i}" for i, _ in tile_sums)
+                    or any(i not in kept for i in fills)):
+                if pragma:
+                    self.lines.append(f"{ind}{pragma}")
+                self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
+                self.define_dims(self.rdims, "r", "r", inner)
+                for i in rest:
+                    if i in stores:
+                        self.lines.append(f"{inner}g{i}[r - fj_v] = (float)t{k.ops[i].args[1]};")
+                    else:
+                        self.emit_reading([i], read, inner)
+                for i, src in tile_sums:
+                    if summed[i] == f"s{i}":
+                        self.lines.append(f"{inner}s{i}[r - fj_v] = t{src};")
+                self.lines.extend(f"{inner}{self.kept(i)} = t{i};" for i in fills if i not in kept)
+                self.lines.extend(f"{inner}{line}" for line in tail)
+                self.lines.append(f"{ind}}}")
+            for i, _ in tile_sums:
+                if i not in summing.values() and i != exp_sum:
+                    self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
+            for i in stores:
+                name = k.ops[i].args[0]
+                start = self.contiguous_start(k.ops[i])
+                self.lines.append(f"{ind}fj_f2h_tile(g{i}, {start or 'fj_hb'}, fj_ve - fj_v);")
+                if start is None:
+                    self.simd_copy(f"{name}[{self.offset(name, k.ops[i].level)}] = fj_hb[r - fj_v];", ind)
+
+        # A loop that only converts fp16 loads and stores (no exp or sigmoid tile) and stores
+        # and reduces nothing takes tiles of REG_TILE points: gcc keeps such a tile's arrays in
+        # registers and makes its steps one pass (an fp16 add: vcvtph2ps, vcvtph2ps, vaddps,
+        # vcvtps2ph; 1.4x faster), the rest of the row one shorter tile. Not with exp or
+        # sigmoid: a bf16 SwiGLU ran 1.3x slower in them than in STORE_TILE tiles (4x in tiles
+        # of 16 points, which its 16-bit loads made gcc leave scalar).
+        register = (not tiled and not sums and not tail and not tile_sums
+                    and "reduction" not in (pragma or "") and tile >= REG_TILE)
+        if register:
+            tile = REG_TILE
+            self.lines.append(f"{indent}{{")
+            self.lines.append(f"{ind}int64_t fj_v = {lo};")
+            heads = [(f"for (; fj_v + {tile} <= {hi}; fj_v += {tile}) {{", f"fj_v + {tile}")]
+            whole = isinstance(self.rnumel, int) and self.rnumel % tile == 0
+            if not (whole and lo == "0" and hi == str(self.rnumel)):
+                heads.append((f"if (fj_v < {hi}) {{", hi))
+            ind, inner, outer = ind + "    ", inner + "    ", ind
+        else:
+            heads = [(f"for (int64_t fj_v = {lo}; fj_v < {hi}; fj_v += {tile}) {{",
+                      f"FJ_MIN(fj_v + {tile}, {hi})")]
+            outer = indent
+        for head, end in heads:
+            self.lines.append(f"{outer}{head}")
+            self.lines.append(f"{ind}const int64_t fj_ve = {end};")
+            one_tile()
+            self.lines.append(f"{outer}}}")
+        if register:
+            self.lines.append(f"{indent}}}")
         if ahead is not None:
             self.lines.append(f"{indent}fj_nx = fj_ahead ? x + 1 : -1;")
 

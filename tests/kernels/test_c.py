@@ -794,6 +794,23 @@ def test_fp16_inputs_every_row_reads_alike_are_converted_once_per_call(threads, 
         assert_close_to_eager(got, eager())
 
 
+def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, monkeypatch):
+    # A loop that only converts fp16 (an add over rows of 700: 21 tiles of 32 and one of 28)
+    # takes tiles of REG_TILE points; one that takes a sigmoid keeps STORE_TILE tiles. The
+    # plain loop's bits either way.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler does not target AVX-512 on this machine")
+    x, y = (torch.randn(6, 700) * 3).half(), (torch.randn(6, 700) * 3).half()
+    reg, store = c_render.REG_TILE, c_render.STORE_TILE
+    for fn, tile in ((lambda x, y: x + y, reg),
+                     (lambda x, y: torch.nn.functional.silu(x) * y, store)):
+        got, plain, source = _tiles_and_plain(fn, (x, y), monkeypatch)
+        assert f"float f0[{tile}]" in source, source
+        assert (f"fj_v + {reg} <= " in source) == (tile == reg), source
+        _assert_same_bits(got, plain)
+        assert_close_to_eager(got, fn(x, y))
+
+
 def test_fp16_conversions_give_torch_s_bits_for_every_half_and_a_dense_sample_of_floats():
     # fp16 -> fp32 for all 65536 halfs, and fp32 -> fp16 for every 4099th fp32 bit pattern
     # plus the rounding edges of fp16's range (its subnormals, the largest finite, the ties),
