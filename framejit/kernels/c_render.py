@@ -357,20 +357,18 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
     return fj_lanes_sum(a0, a1, a2, a3);
 }
 /* e[i] = exp(x[i] - c) for i < n, the values of fj_exp_tile over the differences, and their
-   sum as fj_sum_tile adds them; where next is not NULL, also the max of next[0..n) into *m,
-   NaNs skipped and flagged in *nan, as a max reduction's loop takes it (a softmax's next row:
-   see the renderer's row_ahead). One pass for the three. */
+   sum as fj_sum_tile adds them; and the max of next[0..n) into *m, NaNs skipped and flagged
+   in *nan, as a max reduction's loop takes it (a softmax's next row: see the renderer's
+   row_ahead). One pass for the three. */
 static inline fj_v16sf fj_exp_sub16(const float *restrict x, fj_v16sf c, float *restrict e,
                                     const float *restrict next, fj_v16sf *top, fj_v16si *flag) {
     fj_v16sf v, u;
     memcpy(&v, x, 64);
     v = fj_expv(v - c);
     memcpy(e, &v, 64);
-    if (next) {
-        memcpy(&u, next, 64);
-        *top = __builtin_ia32_maxps512_mask(u, *top, *top, (unsigned short)-1, 4); /* u > top ? u : top */
-        *flag |= (fj_v16si)(u != u);
-    }
+    memcpy(&u, next, 64);
+    *top = __builtin_ia32_maxps512_mask(u, *top, *top, (unsigned short)-1, 4); /* u > top ? u : top */
+    *flag |= (fj_v16si)(u != u);
     return v;
 }
 static inline float fj_exp_sub_tile(const float *restrict x, float c, float *restrict e, int64_t n,
@@ -381,13 +379,15 @@ static inline float fj_exp_sub_tile(const float *restrict x, float c, float *res
     fj_v16si flag = (fj_v16si){0};
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        a0 += fj_exp_sub16(x + i, cv, e + i, next ? next + i : NULL, &top, &flag);
-        a1 += fj_exp_sub16(x + i + 16, cv, e + i + 16, next ? next + i + 16 : NULL, &top, &flag);
-        a2 += fj_exp_sub16(x + i + 32, cv, e + i + 32, next ? next + i + 32 : NULL, &top, &flag);
-        a3 += fj_exp_sub16(x + i + 48, cv, e + i + 48, next ? next + i + 48 : NULL, &top, &flag);
+        a0 += fj_exp_sub16(x + i, cv, e + i, next + i, &top, &flag);
+        a1 += fj_exp_sub16(x + i + 16, cv, e + i + 16, next + i + 16, &top, &flag);
+        a2 += fj_exp_sub16(x + i + 32, cv, e + i + 32, next + i + 32, &top, &flag);
+        a3 += fj_exp_sub16(x + i + 48, cv, e + i + 48, next + i + 48, &top, &flag);
     }
     for (; i + 16 <= n; i += 16)
-        a0 += fj_exp_sub16(x + i, cv, e + i, next ? next + i : NULL, &top, &flag);
+        a0 += fj_exp_sub16(x + i, cv, e + i, next + i, &top, &flag);
+    float best = *m;
+    int any = *nan;
     const int64_t rest = n - i; /* < 16: says so to gcc */
     if (rest > 0 && rest < 16) {
         v = FJ_V16(0.0f);
@@ -397,21 +397,17 @@ static inline float fj_exp_sub_tile(const float *restrict x, float c, float *res
         v = FJ_V16(0.0f);
         memcpy(&v, e + i, (size_t)rest * 4);
         a1 += v;
-    }
-    if (next) {
-        float best = *m;
-        int any = *nan;
-        for (int l = 0; l < 16; l++) {
-            best = top[l] > best ? top[l] : best;
-            any |= flag[l] != 0;
+        for (int64_t j = 0; j < rest; j++) {
+            best = next[i + j] > best ? next[i + j] : best;
+            any |= next[i + j] != next[i + j];
         }
-        for (; i < n; i++) {
-            best = next[i] > best ? next[i] : best;
-            any |= next[i] != next[i];
-        }
-        *m = best;
-        *nan = any;
     }
+    for (int l = 0; l < 16; l++) {
+        best = top[l] > best ? top[l] : best;
+        any |= flag[l] != 0;
+    }
+    *m = best;
+    *nan = any;
     return fj_lanes_sum(a0, a1, a2, a3);
 }
 
@@ -1717,11 +1713,11 @@ class _Renderer:
                 exp_sum = next((i for i, s in tile_sums if s == ahead and summed[i] == begins[ahead]),
                                None)
                 into = "(void)" if exp_sum is None else f"c{exp_sum} += "
-                # Two calls, each inlined for its own case (one loop testing next ran 1.2x slower).
-                for test, nxt in (("if (fj_ahead)", f"{here} + {step}"), ("else", "NULL")):
-                    self.lines.append(f"{ind}{test}")
-                    self.lines.append(f"{ind}    {into}fj_exp_sub_tile({here}, t{top}, {begins[ahead]}, "
-                                      f"fj_ve - fj_v, {nxt}, &fj_nm, &fj_nn);")
+                # Without a next row, the max of this one (unused): one loop, no test in it (a
+                # loop testing for a next row ran 1.2x slower), one copy to compile.
+                self.lines.append(f"{ind}{into}fj_exp_sub_tile({here}, t{top}, {begins[ahead]}, "
+                                  f"fj_ve - fj_v,")
+                self.lines.append(f"{ind}    fj_ahead ? {here} + {step} : {here}, &fj_nm, &fj_nn);")
                 read[ahead] = at[ahead]
             others = [i for i in tiled if i != ahead]
             if others:
