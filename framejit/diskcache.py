@@ -78,15 +78,16 @@ def note_write(path: str) -> threading.Thread | None:
             return None
     except OSError:
         pass  # never pruned
-    try:
-        with open(stamp, "w"):
-            pass  # other processes skip this folder from now on
-    except OSError:
-        return None  # a cache that cannot be pruned only costs disk
     worker = threading.Thread(target=prune, args=(path, budget), daemon=True,
                               name="framejit-cache-prune")
-    worker.start()
-    return worker
+    try:
+        os.makedirs(path, exist_ok=True)
+        worker.start()  # (Python 3.12 starts no thread once the interpreter shuts down)
+        with open(stamp, "w"):
+            pass  # other processes skip this folder from now on
+    except (OSError, RuntimeError):
+        pass  # a cache that cannot be pruned only costs disk
+    return worker if worker.ident is not None else None
 
 
 def _disk_bytes(st: os.stat_result) -> int:

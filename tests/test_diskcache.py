@@ -1,6 +1,8 @@
 """The disk caches stay under their budget: the records used longest ago go first."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -89,3 +91,25 @@ def test_compiling_a_c_kernel_prunes_the_c_cache(fresh, monkeypatch):
     assert sum(name.startswith("stale") for name in left) <= 1
     assert any(name.endswith(".so") and not name.startswith("stale") for name in left)
 
+
+
+def test_a_process_prunes_the_meta_cache_as_it_runs_and_exits_quietly(tmp_path):
+    # Capture writes its meta records at exit, when Python 3.12 starts no thread: the meta
+    # folder is pruned at the first new record instead. Another torch build's old records
+    # go; nothing is printed at exit.
+    stale = tmp_path / "meta" / "examples-another-build"
+    for i in range(4):
+        _record(str(stale / f"r{i}.marshal"), 2**20, age_days=40)
+    script = (
+        "import threading, torch, framejit\n"
+        "f = framejit.compile(lambda x: (x * 2).sin() + x.cos().sum(-1, keepdim=True))\n"
+        "f(torch.randn(3, 5))\n"
+        "for t in threading.enumerate():\n"
+        "    if t.name == 'framejit-cache-prune':\n"
+        "        t.join()\n")
+    env = {**os.environ, "FRAMEJIT_CACHE_DIR": str(tmp_path), "FRAMEJIT_CACHE_MAX_MB": "2"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert len(list(stale.glob("*.marshal"))) <= 1
+    assert any((tmp_path / "meta").glob("examples-*/*.marshal"))  # this run's records

@@ -553,8 +553,12 @@ class _DiskMemo:
             return
         if not self.new:
             import atexit
+            import os
 
             atexit.register(self.save)
+            # Prune now: save() runs at exit, when Python 3.12 starts no thread (the folder
+            # holds every torch build's records: other builds' go first).
+            diskcache.note_write(os.path.dirname(self._folder()))
         self.new[record[0]] = record[1]
 
     def save(self) -> None:
@@ -574,8 +578,7 @@ class _DiskMemo:
                     marshal.dump((disk_key, value), f)
                 os.replace(tmp, path)
         except (OSError, ValueError):
-            return  # a cache that cannot be written only costs time
-        diskcache.note_write(os.path.dirname(self._folder()))  # other builds' folders too
+            pass  # a cache that cannot be written only costs time
 
 
 _disk = _DiskMemo()
