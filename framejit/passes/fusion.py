@@ -16,7 +16,9 @@ producer when the two agree on the iteration space:
   part of the box: ``-x[..., d:]`` inside a rotary embedding's ``cat``). A group with a
   concatenation never joins a reduction;
 
-then groups that read the same value merge (horizontal fusion, one load for both), and never
+then groups that read the same value, or views of it that no group computes (attention's q, k
+and v split from one projection), merge (horizontal fusion: one load, or one launch, for
+both), and never
 when merging would create a cycle through a node outside both groups (networkx
 answers reachability over the graph's DAG). Nodes with side effects (in-place ops, random
 calls that stay in torch, ...) are barriers: a group never spans one, so moving a group's
@@ -129,12 +131,13 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
                 for member in merged.nodes:
                     group_of[member] = merged
                 group = merged
-    # Horizontal fusion: groups reading the same value (siblings) share its loads.
+    # Horizontal fusion: groups reading the same value (siblings) share its loads, and groups
+    # reading views of it (attention's q, k and v, split from one projection and transposed,
+    # each copied for its matmul) share a launch.
     for node in graph.nodes:
         readers: list[FusionGroup] = []
-        for user in node.users:
-            g = group_of.get(user)
-            if g is not None and g not in readers and node not in g.members:
+        for g in _readers(node, group_of):
+            if g not in readers and node not in g.members:
                 readers.append(g)
         while len(readers) > 1:
             first = readers.pop(0)
@@ -147,6 +150,39 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
                     first = merged
     groups = {id(g): g for g in group_of.values()}.values()
     return sorted(groups, key=lambda g: order[g.nodes[-1]])
+
+
+#: Ops whose result is a view of their first input (or a tuple of views, then ``getitem``).
+_VIEWS = frozenset({"view", "reshape", "transpose", "transpose_int", "permute", "t", "split",
+                    "chunk", "unbind", "getitem", "narrow", "slice", "select", "unsqueeze",
+                    "squeeze", "expand", "unflatten", "flatten", "movedim", "swapaxes",
+                    "as_strided", "view_as", "expand_as", "diagonal"})
+
+
+def _op_name(node: Node) -> str:
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name.split(".")[0]
+
+
+def _readers(node: Node, group_of: dict) -> list[FusionGroup]:
+    """The groups that read ``node``, directly or through views of it that no group computes
+    (in the order met)."""
+    found: list[FusionGroup] = []
+    pending = list(node.users)
+    seen = set()
+    while pending:
+        user = pending.pop(0)
+        if user in seen:
+            continue
+        seen.add(user)
+        g = group_of.get(user)
+        if g is not None:
+            found.append(g)
+        elif user.op in ("call_function", "call_method") and _op_name(user) in _VIEWS \
+                and user.args and user.args[0] in seen | {node}:
+            pending.extend(user.users)
+    return found
 
 
 def _merge(a: FusionGroup, b: FusionGroup, dag: nx.DiGraph, order,

@@ -1,5 +1,6 @@
 """The fusion partitioner: groups by iteration space, never a cycle, never across a side effect."""
 
+import operator
 import random
 
 import torch
@@ -92,6 +93,27 @@ def test_siblings_reading_one_input_share_a_kernel():
 
     g = build(fn, torch.randn(5, 5))
     assert len(groups_of(g)) == 1
+
+
+def test_siblings_reading_views_of_one_value_share_a_kernel():
+    # q, k and v of an attention: split from one projection, transposed, each copied. One
+    # kernel for the three copies; not across an in-place op, whose order they keep.
+    def qkv(g, x):
+        parts = call(g, A.split.Tensor, x, 4, -1)
+        views = [call(g, A.transpose.int, call(g, operator.getitem, parts, i), 0, 1)
+                 for i in range(3)]
+        return tuple(call(g, A.clone.default, v) for v in views)
+
+    g = build(qkv, torch.randn(6, 12))
+    assert groups_of(g) == [["clone_default", "clone_default_1", "clone_default_2"]]
+
+    def with_write(g, x, y):
+        a = call(g, A.exp.default, call(g, A.transpose.int, x, 0, 1))
+        call(g, A.copy_.default, y, a)           # in place: a barrier
+        return a, call(g, A.neg.default, call(g, A.t.default, x))
+
+    g = build(with_write, torch.randn(3, 4), torch.randn(4, 3))
+    assert len(groups_of(g)) == 2
 
 
 def test_random_graphs_never_produce_cyclic_groups():

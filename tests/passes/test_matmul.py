@@ -49,7 +49,9 @@ def test_attention_matmuls_get_operands_that_fold_and_match_eager(threads):
     # q @ k^T: k copied in its own row order, then read through a transposed view.
     ((_, kt),) = [n.args for n in matmuls if n.args[1].meta["val"].shape[-1] == 16]
     assert kt.meta["val"].stride()[-2:] == (1, 8)
-    assert sum("clone" in k.name for k in compiled.framejit_kernels) >= 3
+    # q, k and v copied (by one kernel: they are views of one projection).
+    copies = [k for k in compiled.framejit_kernels if "clone" in k.name]
+    assert sum(len(k.kernel.outputs) for k in copies) >= 3
 
 
 def test_operands_that_already_fold_are_left_alone():
