@@ -766,21 +766,25 @@ def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, mon
         assert_close_to_eager(got, eager())
 
 
-def test_fp16_inputs_every_row_reads_alike_are_converted_once_per_call(threads, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_inputs_every_row_reads_alike_are_converted_once_per_call(threads, monkeypatch,
+                                                                       dtype):
     # A weight and bias broadcast along the rows (over two outer dimensions), a pointwise
     # scale, and a weight over a two-dimensional row: each is converted once into an fp32
     # array h<i> before the row loop. An input that varies along the rows is not. The same
     # values as the per-row conversions (the vector tiles on or off), and eager's.
-    x = (torch.randn(3, 5, 96) * 3).half()
+    x = (torch.randn(3, 5, 96) * 3).to(dtype)
     x[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -3e-6])
-    w, b = torch.randn(96).half(), torch.randn(96).half()
+    w, b = torch.randn(96).to(dtype), torch.randn(96).to(dtype)
     w[5] = float("inf")
-    x2, w2 = torch.randn(6, 8, 12).half(), torch.randn(8, 12).half()
+    x2, w2 = torch.randn(6, 8, 12).to(dtype), torch.randn(8, 12).to(dtype)
+    convert = "fj_h2f(" if dtype == torch.float16 else "fj_bf2f("
     cases = [(lambda x, w, b: torch.nn.functional.layer_norm(x, (96,), w, b), (x, w, b), 2,
-              lambda: torch.nn.functional.layer_norm(x.float(), (96,), w.float(), b.float()).half()),
-             (lambda x, w: x * w + 1.0, (x, w), 1, lambda: (x.float() * w.float() + 1.0).half()),
+              lambda: torch.nn.functional.layer_norm(x.float(), (96,), w.float(),
+                                                     b.float()).to(dtype)),
+             (lambda x, w: x * w + 1.0, (x, w), 1, lambda: (x.float() * w.float() + 1.0).to(dtype)),
              (lambda x, w: torch.nn.functional.layer_norm(x, (8, 12), w), (x2, w2), 1,
-              lambda: torch.nn.functional.layer_norm(x2.float(), (8, 12), w2.float()).half()),
+              lambda: torch.nn.functional.layer_norm(x2.float(), (8, 12), w2.float()).to(dtype)),
              (lambda x, y: x * y, (x, x.flip(0)), 0, lambda: x * x.flip(0))]
     for fn, args, shared, eager in cases:
         got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
@@ -788,7 +792,7 @@ def test_fp16_inputs_every_row_reads_alike_are_converted_once_per_call(threads, 
         arrays = re.findall(r"float (h\d+)\[\d+\] __attribute__", body)
         assert len(arrays) == shared, source
         for name in arrays:  # filled before the row loop, read in it
-            assert body.index(f"{name}[r] = fj_h2f(") < body.index("for (int64_t x = 0;"), source
+            assert body.index(f"{name}[r] = {convert}") < body.index("for (int64_t x = 0;"), source
             assert f"= {name}[r];" in body, source
         _assert_same_bits(got, plain, sums="reduction(+" in source)
         assert_close_to_eager(got, eager())
