@@ -585,7 +585,8 @@ static int same(float a, float b) {
     return x == y || (a != a && b != b);
 }
 static float x[2048] __attribute__((aligned(64))), e[2048] __attribute__((aligned(64))),
-    s[2048] __attribute__((aligned(64))), we[2048], ws[2048];
+    s[2048] __attribute__((aligned(64))), d[2048] __attribute__((aligned(64))),
+    ed[2048] __attribute__((aligned(64))), we[2048], ws[2048];
 static unsigned long long bad, count;
 static void check(int n) {  /* x[0..n) through the tiles and through the scalar form */
     memcpy(e, x, sizeof x);
@@ -601,6 +602,22 @@ static void check(int n) {  /* x[0..n) through the tiles and through the scalar 
         if (bad && bad < 4 && (!same(e[i], we[i]) || !same(s[i], ws[i])))
             printf("x=%a: exp %a vs %a, sigmoid %a vs %a\n", x[i], e[i], we[i], s[i], ws[i]);
     }
+    /* a softmax's tile: exp(x - c) as fj_exp_tile of the differences, their sum as
+       fj_sum_tile adds it, and the max of a row (here x itself) as a max loop takes it */
+    const float c = 0.75f;
+    for (int i = 0; i < n; i++)
+        d[i] = x[i] - c;
+    fj_exp_tile(d, n);
+    float m = -INFINITY, wm = -INFINITY;
+    int nan = 0, wnan = 0;
+    const float sum = fj_exp_sub_tile(x, c, ed, n, x, &m, &nan);
+    for (int i = 0; i < n; i++) {
+        wm = x[i] > wm ? x[i] : wm;
+        wnan |= x[i] != x[i];
+        bad += !same(ed[i], d[i]);
+    }
+    /* (a max of -0.0 and 0.0 may take either, as the plain loop's vector reduction) */
+    bad += !same(sum, fj_sum_tile(d, n)) + (m != wm) + (nan != wnan);
     count += n;
 }
 int main(void) {
@@ -631,7 +648,9 @@ int main(void) {
 def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path):
     # The AVX-512 tile (vscalefps) and the plain loop (gcc's vector code for fj_expf) give
     # the same bits for exp and sigmoid, at every 7th fp32 bit pattern (613M floats) and at
-    # the edges of the range (subnormal results, the clamps, inf, NaN), with every tail length.
+    # the edges of the range (subnormal results, the clamps, inf, NaN), with every tail length;
+    # a softmax's fj_exp_sub_tile gives fj_exp_tile's exps, fj_sum_tile's sum and a max loop's
+    # max and NaN flag.
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler does not target AVX-512 on this machine: exp and sigmoid "
                     "stay in their loops (the tile form is not compiled)")
