@@ -834,6 +834,42 @@ def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, monkeypatch
         assert_close_to_eager(got, fn(x, y))
 
 
+def test_kernels_built_for_a_cpu_without_avx512_match_the_tiles(monkeypatch):
+    # A machine without AVX-512 (most laptops) compiles the plain loops only: softmax and
+    # log-softmax (their row-ahead tile), fp16 and bf16 layer norms (weights converted once),
+    # an fp16 add and rotary (register tiles), GELU, SwiGLU in bf16. Each kernel built with
+    # -mno-avx512f gives this machine's values (sums within rounding) and eager's.
+    x = torch.randn(6, 1000) * 4
+    x[1, 3] = float("nan")
+    h = (torch.randn(6, 1000) * 3).half()
+    b16 = torch.randn(6, 1000).bfloat16()
+    w, b = torch.randn(1000), torch.randn(1000)
+
+    def rotary(x):
+        a, c = x[..., :500], x[..., 500:]
+        return x * 0.5 + torch.cat([-c, a], -1) * 2.0
+
+    cases = [(softmax, (x,)), (lambda x: torch.log_softmax(x, -1), (x,)),
+             (lambda x, w, b: torch.nn.functional.layer_norm(x, (1000,), w, b),
+              (h, w.half(), b.half())),
+             (lambda x, w, b: torch.nn.functional.layer_norm(x, (1000,), w, b),
+              (b16, w.bfloat16(), b.bfloat16())),
+             (lambda x, y: x + y, (h, h.flip(0))), (rotary, (h,)),
+             (lambda x, w: torch.nn.functional.gelu(x + w), (x, w)),
+             (lambda x, y: torch.nn.functional.silu(x) * y, (b16, b16.flip(0)))]
+    for fn, args in cases:
+        here, _ = run_kernels(fn, *args)
+        with monkeypatch.context() as m:
+            m.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-mno-avx512f"))
+            c_runtime.clear_memory_cache()  # the same functions, built again with the flag
+            built = c_runtime.c_counters["compiles"] + c_runtime.c_counters["disk_hits"]
+            plain, _ = run_kernels(fn, *args)
+            assert c_runtime.c_counters["compiles"] + c_runtime.c_counters["disk_hits"] > built
+        c_runtime.clear_memory_cache()
+        _assert_same_bits(plain, here, sums=True)
+        assert_close_to_eager(plain, fn(*args))
+
+
 def test_fp16_conversions_give_torch_s_bits_for_every_half_and_a_dense_sample_of_floats():
     # fp16 -> fp32 for all 65536 halfs, and fp32 -> fp16 for every 4099th fp32 bit pattern
     # plus the rounding edges of fp16's range (its subnormals, the largest finite, the ties),
