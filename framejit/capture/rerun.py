@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import _C
-from ..fx_ir import is_inplace
+from ..fx_ir import VIEW_NAMES, is_inplace, target_name
 from . import compat
 
 #: Operations whose errors depend on the values of their inputs (not checked on meta examples).
@@ -46,16 +46,6 @@ _DIVISIONS = frozenset({
 })
 #: Indexing, which raises for an index tensor holding an index out of range.
 _INDEXING = frozenset({"getitem", "__getitem__", "setitem", "__setitem__"})
-#: Operations whose result may share memory with their first argument.
-_VIEWS = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
-    "transpose", "t", "T", "mT", "H", "mH", "permute", "expand", "expand_as", "narrow", "select",
-    "getitem", "__getitem__", "unbind", "split", "chunk", "tensor_split", "diagonal", "as_strided",
-    "detach", "alias", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16",
-    "int", "long", "bool", "movedim", "moveaxis", "swapaxes", "swapdims", "unfold", "real", "imag",
-    "view_as_real", "view_as_complex", "data", "getattr", "split_with_sizes", "hsplit", "vsplit",
-    "dsplit", "squeeze_", "unsqueeze_", "transpose_", "t_", "requires_grad_",
-})
 
 
 @dataclass
@@ -66,11 +56,6 @@ class RerunPlan:
 
     saved: list
     random: bool
-
-
-def _name(node) -> str:
-    target = node.target
-    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def _is_inplace(node) -> bool:
@@ -89,7 +74,7 @@ def root(node):
     """The node whose memory ``node``'s value may share: through views and in-place results
     back to an input or to the operation that allocated it."""
     while node.op in ("call_function", "call_method") and node.args \
-            and (_name(node) in _VIEWS or _is_inplace(node)) and hasattr(node.args[0], "op"):
+            and (target_name(node) in VIEW_NAMES or _is_inplace(node)) and hasattr(node.args[0], "op"):
         node = node.args[0]
     return node
 
@@ -109,7 +94,7 @@ def _other_writes(node):
     statistics), as nodes."""
     if node.op != "call_function":
         return []
-    positions = _TORCH_BATCH_NORM if node.target is torch.batch_norm else _RUNNING_STATS.get(_name(node))
+    positions = _TORCH_BATCH_NORM if node.target is torch.batch_norm else _RUNNING_STATS.get(target_name(node))
     if not positions:
         return []
     found = []
@@ -148,7 +133,7 @@ def _divides_integers(node) -> bool:
     """An integer division (its result is an integer tensor: ``torch.div`` without a rounding
     mode gives floats and never raises)."""
     out = node.meta.get("val")
-    return _name(node) in _DIVISIONS and isinstance(out, torch.Tensor) and not (
+    return target_name(node) in _DIVISIONS and isinstance(out, torch.Tensor) and not (
         out.dtype.is_floating_point or out.dtype.is_complex or out.dtype == torch.bool)
 
 
@@ -160,7 +145,7 @@ def may_raise(graph, same_memory) -> bool:
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
-        name = _name(node)
+        name = target_name(node)
         if name in _VALUE_CHECKED or (name in _INDEXING and _indexes_by_tensor(node)) \
                 or _divides_integers(node):
             return True

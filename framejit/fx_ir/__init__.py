@@ -28,12 +28,13 @@ from .meta import (
     quiet_failed_meta_runs,
     to_meta,
 )
-from .node import OPS, Node, is_inplace, map_aggregate, map_arg
+from .node import OPS, VIEW_NAMES, Node, is_inplace, map_aggregate, map_arg, target_name
 from .to_torch import to_torch_fx
 
 __all__ = [
     "NO_DEFAULT",
     "OPS",
+    "VIEW_NAMES",
     "Graph",
     "GraphLintError",
     "GraphModule",
@@ -53,6 +54,7 @@ __all__ = [
     "propagate_meta",
     "quiet_failed_meta_runs",
     "run_on_meta",
+    "target_name",
     "to_meta",
     "from_torch_fx",
     "to_torch_fx",

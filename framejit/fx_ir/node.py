@@ -115,6 +115,28 @@ def _is_inplace_name(name: str) -> bool:
     return name.endswith("_") and not name.endswith("__")
 
 
+#: Operations whose result may share memory with their first argument, by name: views (for
+#: an aten overload, its packet's name: ``split`` for ``aten.split.Tensor``) and the
+#: conversions that return their input when there is nothing to convert.
+VIEW_NAMES = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
+    "transpose", "t", "T", "mT", "H", "mH", "permute", "expand", "expand_as", "narrow", "select",
+    "slice", "getitem", "__getitem__", "unbind", "split", "chunk", "tensor_split", "diagonal",
+    "as_strided", "detach", "alias", "contiguous", "to", "type", "type_as", "float", "double",
+    "half", "bfloat16", "int", "long", "bool", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "unfold", "real", "imag", "view_as_real", "view_as_complex", "data", "getattr",
+    "split_with_sizes", "hsplit", "vsplit", "dsplit", "squeeze_", "unsqueeze_", "transpose_",
+    "t_", "requires_grad_",
+})
+
+
+def target_name(node: Node) -> str:
+    """The name of what ``node`` calls: a method's name, else its target's ``__name__``
+    (``split.Tensor`` for an aten overload); "" for neither."""
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
 def is_inplace(op: str, target: Any, kwargs: Any = None) -> bool:
     """Whether a ``call_function``/``call_method`` writes into its first argument or ``out=``.
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..fx_ir import Graph, Node
+from ..fx_ir import VIEW_NAMES, Graph, Node, target_name
 
 
 @dataclass
@@ -152,19 +152,6 @@ def partition(graph: Graph, classify: Callable[[Node], str | None],
     return sorted(groups, key=lambda g: order[g.nodes[-1]])
 
 
-#: Ops whose result is a view of their first input (or a tuple of views, then ``getitem``).
-_VIEWS = frozenset({"view", "reshape", "transpose", "transpose_int", "permute", "t", "split",
-                    "chunk", "unbind", "getitem", "narrow", "slice", "select", "unsqueeze",
-                    "squeeze", "expand", "unflatten", "flatten", "movedim", "swapaxes",
-                    "as_strided", "view_as", "expand_as", "diagonal"})
-
-
-def _op_name(node: Node) -> str:
-    target = node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return name.split(".")[0]
-
-
 def _readers(node: Node, group_of: dict) -> list[FusionGroup]:
     """The groups that read ``node``, directly or through views of it that no group computes
     (in the order met)."""
@@ -179,7 +166,8 @@ def _readers(node: Node, group_of: dict) -> list[FusionGroup]:
         g = group_of.get(user)
         if g is not None:
             found.append(g)
-        elif user.op in ("call_function", "call_method") and _op_name(user) in _VIEWS \
+        elif user.op in ("call_function", "call_method") \
+                and target_name(user).split(".")[0] in VIEW_NAMES \
                 and user.args and user.args[0] in seen | {node}:
             pending.extend(user.users)
     return found
