@@ -411,6 +411,148 @@ static inline float fj_exp_sub_tile(const float *restrict x, float c, float *res
     return fj_lanes_sum(a0, a1, a2, a3);
 }
 
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__) \
+    && !defined(__clang__) && !defined(FJ_NO_VEC_TILES)
+/* The same tiles in AVX2 registers, 8 floats each (most x86 laptops and desktops: no AVX-512),
+   with F16C's vcvtph2ps/vcvtps2ph for fp16. No vscalefps here: fj_expv takes fj_expf's own
+   two-step scaling, lane by lane the scalar form's operations, so the same bits. */
+#define FJ_VEC_TILES 1
+typedef float fj_v8sf __attribute__((vector_size(32)));
+typedef int32_t fj_v8si __attribute__((vector_size(32)));
+typedef uint32_t fj_v8su __attribute__((vector_size(32)));
+typedef short fj_v8hi __attribute__((vector_size(16)));
+#define FJ_V8(c) ((fj_v8sf){0} + (float)(c))
+#define FJ_VFMA(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+static inline fj_v8sf fj_expv(fj_v8sf x) {
+    const fj_v8si tiny = x < FJ_V8(-104.0f);
+    /* vminps(89, x) is 89 < x ? 89 : x, which keeps NaN as the scalar form's clamp does */
+    fj_v8sf c = __builtin_ia32_minps256(FJ_V8(89.0f), x);
+    c = (fj_v8sf)((fj_v8si)c & ~tiny);
+    const fj_v8sf k = FJ_VFMA(c, FJ_V8(FJ_EXP_LOG2E), FJ_V8(FJ_EXP_ROUND)) - FJ_EXP_ROUND;
+    fj_v8sf r = FJ_VFMA(k, FJ_V8(FJ_EXP_LN2_HI), c);
+    r = FJ_VFMA(k, FJ_V8(FJ_EXP_LN2_LO), r);
+    fj_v8sf p = FJ_V8(FJ_EXP_P6);
+    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P5));
+    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P4));
+    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P3));
+    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P2));
+    p = FJ_VFMA(p, r, FJ_V8(1.0f));
+    p = FJ_VFMA(p, r, FJ_V8(1.0f));
+    /* p * 2^k1 by adding k1 to p's exponent field, then one rounding multiply by 2^(k-k1);
+       a NaN lane's k converts to INT_MIN (vcvttps2dq), which keeps it NaN, as in fj_expf */
+    const fj_v8si ki = __builtin_convertvector(k, fj_v8si), k1 = ki >> 1;
+    const fj_v8su pb = (fj_v8su)p + ((fj_v8su)k1 << 23);
+    const fj_v8su scale = (fj_v8su)(ki - k1 + 127) << 23;
+    const fj_v8sf y = (fj_v8sf)pb * (fj_v8sf)scale;
+    return (fj_v8sf)((fj_v8si)y & ~tiny);
+}
+static inline fj_v8sf fj_sigmoidv(fj_v8sf x) {
+    return FJ_V8(1.0f) / (FJ_V8(1.0f) + fj_expv(-x));
+}
+/* e[0..n) = f(e[0..n)); the last n % 8 through a zeroed vector */
+#define FJ_TILE_FUNCTION(name, f)                          \
+    static inline void name(float *restrict e, int64_t n) { \
+        int64_t i = 0;                                     \
+        fj_v8sf v;                                         \
+        for (; i + 8 <= n; i += 8) {                       \
+            memcpy(&v, e + i, 32);                         \
+            v = f(v);                                      \
+            memcpy(e + i, &v, 32);                         \
+        }                                                  \
+        const int64_t m = n - i; /* < 8: says so to gcc */ \
+        if (m > 0 && m < 8) {                              \
+            v = FJ_V8(0.0f);                               \
+            memcpy(&v, e + i, (size_t)m * 4);              \
+            v = f(v);                                      \
+            memcpy(e + i, &v, (size_t)m * 4);              \
+        }                                                  \
+    }
+FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
+FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
+static inline float fj_lanes_sum(fj_v8sf a0, fj_v8sf a1, fj_v8sf a2, fj_v8sf a3) {
+    a0 = (a0 + a1) + (a2 + a3);
+    a0 += __builtin_shuffle(a0, (fj_v8si){4, 5, 6, 7, 0, 1, 2, 3});
+    a0 += __builtin_shuffle(a0, (fj_v8si){2, 3, 0, 1, 6, 7, 4, 5});
+    a0 += __builtin_shuffle(a0, (fj_v8si){1, 0, 3, 2, 5, 4, 7, 6});
+    return a0[0];
+}
+/* The sum of e[0..n): blocks of 32 into four vector accumulators, then 8 at a time into the
+   first, the last m < 8 into the second (fj_h2f_sum_tile and fj_exp_sub_tile add alike) */
+static inline float fj_sum_tile(const float *restrict e, int64_t n) {
+    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        memcpy(&v, e + i, 32);
+        a0 += v;
+        memcpy(&v, e + i + 8, 32);
+        a1 += v;
+        memcpy(&v, e + i + 16, 32);
+        a2 += v;
+        memcpy(&v, e + i + 24, 32);
+        a3 += v;
+    }
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, e + i, 32);
+        a0 += v;
+    }
+    const int64_t m = n - i; /* < 8 */
+    if (m > 0 && m < 8) {
+        v = FJ_V8(0.0f);
+        memcpy(&v, e + i, (size_t)m * 4);
+        a1 += v;
+    }
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
+static inline fj_v8sf fj_exp_sub8(const float *restrict x, fj_v8sf c, float *restrict e,
+                                  const float *restrict next, fj_v8sf *top, fj_v8si *flag) {
+    fj_v8sf v, u;
+    memcpy(&v, x, 32);
+    v = fj_expv(v - c);
+    memcpy(e, &v, 32);
+    memcpy(&u, next, 32);
+    *top = __builtin_ia32_maxps256(u, *top); /* u > top ? u : top */
+    *flag |= (fj_v8si)(u != u);
+    return v;
+}
+static inline float fj_exp_sub_tile(const float *restrict x, float c, float *restrict e, int64_t n,
+                                    const float *restrict next, float *restrict m,
+                                    int *restrict nan) {
+    const fj_v8sf cv = FJ_V8(c);
+    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v, top = FJ_V8(-INFINITY);
+    fj_v8si flag = (fj_v8si){0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 += fj_exp_sub8(x + i, cv, e + i, next + i, &top, &flag);
+        a1 += fj_exp_sub8(x + i + 8, cv, e + i + 8, next + i + 8, &top, &flag);
+        a2 += fj_exp_sub8(x + i + 16, cv, e + i + 16, next + i + 16, &top, &flag);
+        a3 += fj_exp_sub8(x + i + 24, cv, e + i + 24, next + i + 24, &top, &flag);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 += fj_exp_sub8(x + i, cv, e + i, next + i, &top, &flag);
+    float best = *m;
+    int any = *nan;
+    const int64_t rest = n - i; /* < 8: says so to gcc */
+    if (rest > 0 && rest < 8) {
+        v = FJ_V8(0.0f);
+        memcpy(&v, x + i, (size_t)rest * 4);
+        v = fj_expv(v - cv);
+        memcpy(e + i, &v, (size_t)rest * 4);
+        v = FJ_V8(0.0f);
+        memcpy(&v, e + i, (size_t)rest * 4);
+        a1 += v;
+        for (int64_t j = 0; j < rest; j++) {
+            best = next[i + j] > best ? next[i + j] : best;
+            any |= next[i + j] != next[i + j];
+        }
+    }
+    for (int l = 0; l < 8; l++) {
+        best = top[l] > best ? top[l] : best;
+        any |= flag[l] != 0;
+    }
+    *m = best;
+    *nan = any;
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
 #else
 #define FJ_VEC_TILES 0
 #endif
@@ -518,7 +660,7 @@ static inline uint16_t fj_f2h(float f) {
     return (uint16_t)(sign | o);
 }
 #endif
-#if FJ_VEC_TILES
+#if FJ_VEC_TILES && defined(__AVX512F__)
 /* fp16 <-> fp32 over a tile with vcvtph2ps / vcvtps2ph (round to nearest even): the values
    of fj_h2f / fj_f2h, but for a NaN's payload bits (both quiet NaNs of the same sign). */
 typedef short fj_v16hi __attribute__((vector_size(32)));
@@ -567,6 +709,54 @@ static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, in
         memcpy(&v, f + i, 64);
         const fj_v16hi y = __builtin_ia32_vcvtps2ph512_mask(v, 0, (fj_v16hi){0}, (short)-1);
         memcpy(h + i, &y, 32);
+    }
+    for (; i < n; i++)
+        h[i] = fj_f2h(f[i]);
+}
+#elif FJ_VEC_TILES
+/* The same in AVX2 registers (F16C), 8 at a time */
+static inline fj_v8sf fj_h2f8(const uint16_t *restrict h, float *restrict f) {
+    fj_v8hi w;
+    memcpy(&w, h, 16);
+    const fj_v8sf y = __builtin_ia32_vcvtph2ps256(w);
+    memcpy(f, &y, 32);
+    return y;
+}
+static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        fj_h2f8(h + i, f + i);
+    for (; i < n; i++)
+        f[i] = fj_h2f(h[i]);
+}
+static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
+    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 += fj_h2f8(h + i, f + i);
+        a1 += fj_h2f8(h + i + 8, f + i + 8);
+        a2 += fj_h2f8(h + i + 16, f + i + 16);
+        a3 += fj_h2f8(h + i + 24, f + i + 24);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 += fj_h2f8(h + i, f + i);
+    const int64_t m = n - i; /* < 8 */
+    if (m > 0 && m < 8) {
+        for (int64_t j = 0; j < m; j++)
+            f[i + j] = fj_h2f(h[i + j]);
+        v = FJ_V8(0.0f);
+        memcpy(&v, f + i, (size_t)m * 4);
+        a1 += v;
+    }
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
+static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        fj_v8sf v;
+        memcpy(&v, f + i, 32);
+        const fj_v8hi y = __builtin_ia32_vcvtps2ph256(v, 0);
+        memcpy(h + i, &y, 16);
     }
     for (; i < n; i++)
         h[i] = fj_f2h(f[i]);
@@ -651,6 +841,21 @@ static inline void fj_rand_fill(int64_t seed, int64_t lo, int64_t hi, float *res
 #endif
     for (; j < n; j++)
         fj_philox(first + (uint64_t)j, k0, k1, u + 4 * j);
+}
+
+/* float -> integer as x86's cvttss2si/cvttsd2si give it: NaN and values out of range take the
+   "integer indefinite", the width's minimum (see _c_cast) */
+static inline int64_t fj_f2i64(float x) {
+    return x >= -0x1p63f && x < 0x1p63f ? (int64_t)x : INT64_MIN;
+}
+static inline int64_t fj_d2i64(double x) {
+    return x >= -0x1p63 && x < 0x1p63 ? (int64_t)x : INT64_MIN;
+}
+static inline int32_t fj_f2i32(float x) {
+    return x >= -0x1p31f && x < 0x1p31f ? (int32_t)x : INT32_MIN;
+}
+static inline int32_t fj_d2i32(double x) {
+    return x > -0x1p31 - 1.0 && x < 0x1p31 ? (int32_t)x : INT32_MIN;
 }
 
 #define FJ_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -2276,9 +2481,17 @@ class _Renderer:
 
 
 def _c_cast(x: str, source: torch.dtype, target: torch.dtype) -> str:
-    """C's conversion of ``x`` from ``source`` to ``target`` as torch makes it: a float goes to
-    uint8 through int64, as c10's static_cast_with_inter_type does (-100.0 -> 156; a float
-    cast straight to uint8_t is undefined for negatives, and gcc's vector loops give 0)."""
-    if target == torch.uint8 and source.is_floating_point:
-        return f"(uint8_t)(int64_t){x}"
+    """C's conversion of ``x`` from ``source`` to ``target`` as torch makes it. A float goes to
+    an integer as x86's conversion gives it (NaN and out of range: the width's minimum), which C
+    leaves undefined (gcc folds ``(float)(int64_t)x`` into ``truncf(x)``: inf stayed inf); to
+    int16/int8 through int32, as a scalar cast on x86 does; to uint8 through int64, as c10's
+    static_cast_with_inter_type does (-100.0 -> 156; a float cast straight to uint8_t is
+    undefined for negatives, and gcc's vector loops give 0)."""
+    if source.is_floating_point and target in _INTEGERS:
+        wide = "64" if target in (torch.int64, torch.uint8) else "32"
+        value = f"fj_{'d' if source == torch.float64 else 'f'}2i{wide}({x})"
+        return value if target in (torch.int64, torch.int32) else f"({c_type(target)}){value}"
     return f"({c_type(target)}){x}"
+
+
+_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)

@@ -40,8 +40,12 @@ from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
 
 #: The compiler flags. IEEE-strict: errno kept (pytorch#143978), no contraction (eager rounds
-#: a*b+c twice), no fast-math.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off")
+#: a*b+c twice), no fast-math. ``-fno-trapping-math`` (clang's default) changes no value: it
+#: lets gcc compute a float op for every vector lane where C computes it under a condition
+#: (a select whose arm was sunk into a branch). Without it, on a CPU with no masked vector
+#: ops (AVX2), gcc leaves such a loop scalar: an fp32 softmax ran 4x slower.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off",
+         "-fno-trapping-math")
 
 #: Compiles and cache hits, for tests and ``framejit.stats()``-style reporting.
 c_counters = {"compiles": 0, "disk_hits": 0}

@@ -565,15 +565,31 @@ def test_multi_query_attention_softmax_is_one_kernel():
     assert len(reductions) == 1 and "fj_expf" in reductions[0].source
 
 
-# -- vector tiles: exp and sigmoid in AVX-512 (c_render.vector_tiles) ------------------------------
+# -- vector tiles: exp, sigmoid, sums and fp16 in AVX-512 or AVX2 (c_render.vector_tiles) ----------
 
-def _compiler_takes_vector_tiles(tmp_path) -> bool:
+def _compiler_takes_vector_tiles(tmp_path, check: str = "!FJ_VEC_TILES") -> bool:
     command, _ = c_runtime.find_compiler()
     source = tmp_path / "probe.c"
-    source.write_text(c_render.PRELUDE + "\n#if !FJ_VEC_TILES\n#error no vector tiles\n#endif\n")
+    source.write_text(c_render.PRELUDE + f"\n#if {check}\n#error no vector tiles\n#endif\n")
     flags = [f for f in c_runtime.FLAGS if f not in ("-shared", "-fPIC")]
     return subprocess.run([*command, *flags, "-fsyntax-only", str(source)],
                           capture_output=True).returncode == 0
+
+
+@pytest.fixture(params=["native", "avx2"])
+def isa(request, monkeypatch, tmp_path):
+    """The vector tiles as this machine's compiler takes them ("native": AVX-512 where the CPU
+    has it), and as a CPU with AVX2, FMA and F16C but no AVX-512 takes them (most laptops and
+    desktops: 8-float tiles), built here with ``-mno-avx512f``."""
+    if request.param == "native":
+        yield request.param
+        return
+    monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-mno-avx512f"))
+    if not _compiler_takes_vector_tiles(tmp_path, "!FJ_VEC_TILES || defined(__AVX512F__)"):
+        pytest.skip("the C compiler does not target AVX2 with FMA and F16C on this machine")
+    c_runtime.clear_memory_cache()  # the same functions, built again with the flag
+    yield request.param
+    c_runtime.clear_memory_cache()
 
 
 _TILE_PROGRAM = r"""
@@ -645,14 +661,14 @@ int main(void) {
 """
 
 
-def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path):
-    # The AVX-512 tile (vscalefps) and the plain loop (gcc's vector code for fj_expf) give
-    # the same bits for exp and sigmoid, at every 7th fp32 bit pattern (613M floats) and at
+def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path, isa):
+    # The vector tiles (AVX-512's vscalefps, or AVX2's two-step scaling) and the plain loop
+    # (gcc's vector code for fj_expf) give the same bits for exp and sigmoid, at every 7th fp32 bit pattern (613M floats) and at
     # the edges of the range (subnormal results, the clamps, inf, NaN), with every tail length;
     # a softmax's fj_exp_sub_tile gives fj_exp_tile's exps, fj_sum_tile's sum and a max loop's
     # max and NaN flag.
     if not _compiler_takes_vector_tiles(tmp_path):
-        pytest.skip("the C compiler does not target AVX-512 on this machine: exp and sigmoid "
+        pytest.skip("the C compiler takes no vector tiles on this machine: exp and sigmoid "
                     "stay in their loops (the tile form is not compiled)")
     command, _ = c_runtime.find_compiler()
     source, program = tmp_path / "tiles.c", tmp_path / "tiles"
@@ -691,14 +707,14 @@ def _assert_same_bits(got, plain, sums=False):
             assert torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
-def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
+def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch):
     # Softmax over rows longer than a tile (two whole tiles and a tail), with -inf, NaN and
     # values whose exp is subnormal; log-softmax; SiLU over an odd length; a short row. Each
     # kernel is compiled twice: as this machine's compiler takes it, and with the vector tiles
     # turned off. Same bits (but for the sums' rounding: the tiles add in four accumulators),
     # and eager's values.
     if not _compiler_takes_vector_tiles(tmp_path):
-        pytest.skip("the C compiler does not target AVX-512 on this machine")
+        pytest.skip("the C compiler takes no vector tiles on this machine")
     n = 2 * c_render.VEC_TILE + 904
     x = torch.randn(3, n) * 4
     x[0, 5], x[1, 2 * c_render.VEC_TILE + 3], x[2, 100] = float("-inf"), float("nan"), -95.0
@@ -718,7 +734,7 @@ def test_exp_and_sigmoid_in_vector_tiles_give_the_plain_loop_s_bits(tmp_path, th
         assert_close_to_eager(got, eager())
 
 
-def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, threads, monkeypatch):
+def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, isa, threads, monkeypatch):
     # Softmax and log-softmax over rows of one tile or less (a multiple of 64 points, a tail
     # past 16, fewer than 16): each row's exp tile also takes the next row's max, which that
     # row then does not read again. Rows of NaN, -inf and +inf, a NaN only in a row after a
@@ -726,7 +742,7 @@ def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, threads, mon
     # values, also where the output is written over the input (a dead matmul result: the
     # tiles then read no row ahead).
     if not _compiler_takes_vector_tiles(tmp_path):
-        pytest.skip("the C compiler does not target AVX-512 on this machine")
+        pytest.skip("the C compiler takes no vector tiles on this machine")
     for n in (1024, 1000, 7):
         x = torch.randn(9, n) * 4
         x[1], x[2, 0], x[3, n // 2], x[4] = float("-inf"), float("nan"), float("inf"), -0.0
@@ -750,14 +766,14 @@ def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, threads, mon
     assert_close_to_eager(got, scores(a, w))
 
 
-def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, monkeypatch):
+def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch):
     # fp16 loads and stores converted a tile at a time (vcvtph2ps/vcvtps2ph): contiguous ones
     # in place, strided and broadcast ones through a copy; a reduction whose fp16 input is
     # kept in a row buffer; a row of pieces (rotate_half); rows past a tile with a tail; NaN,
     # inf, fp16 subnormals and values that round to inf. Same bits as the plain loop (NaN as
     # NaN; sums within rounding), and eager's values.
     if not _compiler_takes_vector_tiles(tmp_path):
-        pytest.skip("the C compiler does not target AVX-512 on this machine")
+        pytest.skip("the C compiler takes no vector tiles on this machine")
     x = (torch.randn(6, 700) * 3).half()
     x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 6e-8, -3e-6, 65504.0])
     y = (torch.randn(700, 6) * 3).half().t()  # strided along the row
@@ -786,7 +802,7 @@ def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, threads, mon
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_half_inputs_every_row_reads_alike_are_converted_once_per_call(threads, monkeypatch,
+def test_half_inputs_every_row_reads_alike_are_converted_once_per_call(threads, isa, monkeypatch,
                                                                        dtype):
     # A weight and bias broadcast along the rows (over two outer dimensions), a pointwise
     # scale, and a weight over a two-dimensional row: each is converted once into an fp32
@@ -817,12 +833,12 @@ def test_half_inputs_every_row_reads_alike_are_converted_once_per_call(threads, 
         assert_close_to_eager(got, eager())
 
 
-def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, monkeypatch):
+def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, isa, monkeypatch):
     # A loop that only converts fp16 (an add over rows of 700: 21 tiles of 32 and one of 28)
     # takes tiles of REG_TILE points; one that takes a sigmoid keeps STORE_TILE tiles. The
     # plain loop's bits either way.
     if not _compiler_takes_vector_tiles(tmp_path):
-        pytest.skip("the C compiler does not target AVX-512 on this machine")
+        pytest.skip("the C compiler takes no vector tiles on this machine")
     x, y = (torch.randn(6, 700) * 3).half(), (torch.randn(6, 700) * 3).half()
     reg, store = c_render.REG_TILE, c_render.STORE_TILE
     for fn, tile in ((lambda x, y: x + y, reg),
@@ -835,10 +851,11 @@ def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, monkeypatch
 
 
 def test_kernels_built_for_a_cpu_without_avx512_match_the_tiles(monkeypatch):
-    # A machine without AVX-512 (most laptops) compiles the plain loops only: softmax and
-    # log-softmax (their row-ahead tile), fp16 and bf16 layer norms (weights converted once),
-    # an fp16 add and rotary (register tiles), GELU, SwiGLU in bf16. Each kernel built with
-    # -mno-avx512f gives this machine's values (sums within rounding) and eager's.
+    # A machine without AVX-512 (most laptops) compiles 8-float AVX2 tiles (16-float here):
+    # softmax and log-softmax (their row-ahead tile), fp16 and bf16 layer norms (weights
+    # converted once), an fp16 add and rotary (register tiles), GELU, SwiGLU in bf16. Each
+    # kernel built with -mno-avx512f gives this machine's values (sums within rounding) and
+    # eager's.
     x = torch.randn(6, 1000) * 4
     x[1, 3] = float("nan")
     h = (torch.randn(6, 1000) * 3).half()
@@ -868,6 +885,23 @@ def test_kernels_built_for_a_cpu_without_avx512_match_the_tiles(monkeypatch):
         c_runtime.clear_memory_cache()
         _assert_same_bits(plain, here, sums=True)
         assert_close_to_eager(plain, fn(*args))
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_floats_out_of_an_integer_s_range_convert_as_eager_s(source):
+    # C leaves a float out of an integer's range (NaN, inf, 1e30) undefined, and gcc folded
+    # (float)(int64_t)x into truncf(x): inf.long().float() stayed inf where eager gives
+    # -9.2e18. Each conversion takes x86's value, as eager's: NaN and out of range give the
+    # width's minimum; int16/int8 the low bits of int32's; uint8 the low bits of int64's.
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 3e9, -3e9,
+                      2.0**31, -2.0**31, 2.0**63, -2.0**63, 1e19, -100.7, 2.5, -0.0, 70000.3],
+                     dtype=source).repeat(70)  # vector loops, and their tails
+    for target in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        fns = [lambda x, t=target: (x * 1.0).to(t), lambda x, t=target: (x * 1.0).to(t).to(source) + 1]
+        for fn in fns:
+            got, backend = run_kernels(fn, x)
+            assert len(backend.kernels) == 1
+            assert torch.equal(got, fn(x)), (target, got, fn(x))
 
 
 def test_fp16_conversions_give_torch_s_bits_for_every_half_and_a_dense_sample_of_floats():
