@@ -31,10 +31,14 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 
-import torch
-import torch._dynamo
-import torch.nn.functional as F
-from timing import (
+from cpu_isa import CHOICES, configure_inductor, reexec_for_isa
+
+reexec_for_isa()
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from timing import (  # noqa: E402
     copy_gbps,
     cpu_clock,
     first_call_s,
@@ -47,7 +51,7 @@ from timing import (
     use_fresh_caches,
 )
 
-import framejit
+import framejit  # noqa: E402
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -67,6 +71,8 @@ def parse_args(argv=None):
                     help="cpu: CPU tensors at realistic sizes (default 4096x1024 fp32), for "
                          "backend='c' (C kernels); default: cuda when available")
     ap.add_argument("--threads", type=int, default=1, help="torch threads with --device cpu")
+    ap.add_argument("--isa", choices=CHOICES, default="native",
+                    help="--device cpu: avx2 measures as on a CPU without AVX-512 (see cpu_isa.py)")
     ap.add_argument("--warm-caches", action="store_true",
                     help="keep the usual Triton/Inductor/framejit disk caches (first calls may be warm)")
     ap.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
@@ -362,6 +368,7 @@ def main(opts) -> int:
         copy_numel = 1 << 24
         torch.set_num_threads(opts.threads)
         print(keep_freed_memory())
+        print(configure_inductor(opts.isa))
     elif cuda:
         device = torch.device("cuda")
         device_name = torch.cuda.get_device_name()

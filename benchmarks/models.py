@@ -37,6 +37,10 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
+from cpu_isa import CHOICES, configure_inductor, reexec_for_isa  # noqa: E402
+
+reexec_for_isa()
+
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from models import Block, GPTConfig, TinyGPT  # noqa: E402
@@ -137,6 +141,8 @@ def main():
     ap.add_argument("--corpus", action="store_true",
                     help="--threads N: also 19 more transformers architectures (GPT-NeoX, OPT, "
                          "Falcon, Mistral, ..., BART)")
+    ap.add_argument("--isa", choices=CHOICES, default="native",
+                    help="--threads N: avx2 measures as on a CPU without AVX-512 (see cpu_isa.py)")
     ap.add_argument("--model", default=None,
                     help="--threads N: comma-separated model names to run (default: all), e.g. T5,BERT")
     opts = ap.parse_args()
@@ -527,6 +533,7 @@ def run_cpu_forward(opts):
           f"{torch.get_num_threads()} thread(s), fp32, steady state timed by {cpu_clock()[1]}, "
           f"caches: {caches}")
     print(allocator)
+    print(configure_inductor(opts.isa))
     warm = torch.randn(8, 8)
     for compiler in (framejit.compile, lambda f: torch.compile(f, backend="inductor")):
         compiler(lambda x: (x * 2).relu())(warm)  # import and initialise both, untimed

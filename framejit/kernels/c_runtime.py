@@ -9,7 +9,7 @@
   version and the flags (``$FRAMEJIT_CACHE_DIR/c`` or ``~/.cache/framejit/c``); written to a
   temporary name and renamed, so concurrent processes never see half a file. In a process each
   function (named after a hash of its body) is compiled at most once.
-* **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` (never ``-ffast-math``: with gcc < 13 it sets
+* **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` and ``$FRAMEJIT_CFLAGS`` (never ``-ffast-math``: with gcc < 13 it sets
   flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
   launcher is built, which the compiler layer turns into eager torch with one warning.
 * **Calls**: ``framejit._claunch.launch(address, nthreads, *tensors, *sizes)`` (a METH_FASTCALL
@@ -46,6 +46,15 @@ from .triton_runtime import KernelCompileError
 #: ops (AVX2), gcc leaves such a loop scalar: an fp32 softmax ran 4x slower.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off",
          "-fno-trapping-math")
+
+
+
+def flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, then ``$FRAMEJIT_CFLAGS`` (for example ``-mno-avx512f``, to build kernels as
+    a CPU without AVX-512 takes them, or ``-march=x86-64-v3`` for machines other than this
+    one): read at each build, so set it before the first compile of a process."""
+    return (*FLAGS, *shlex.split(os.environ.get("FRAMEJIT_CFLAGS", "")))
+
 
 #: Compiles and cache hits, for tests and ``framejit.stats()``-style reporting.
 c_counters = {"compiles": 0, "disk_hits": 0}
@@ -104,13 +113,14 @@ def extra_flags() -> tuple[str, ...]:
     """``-DFJ_LIBMVEC -lmvec`` when glibc's vector math links with this compiler (so exp, tanh,
     erf, ... vectorize); probed once per compiler and remembered on disk."""
     command, version = find_compiler()
-    key = hashlib.sha256("\0".join([version, " ".join(command), *FLAGS]).encode()).hexdigest()[:24]
+    base = flags()
+    key = hashlib.sha256("\0".join([version, " ".join(command), *base]).encode()).hexdigest()[:24]
     if key in _extra_flags:
         return _extra_flags[key]
     record = os.path.join(cache_dir("c"), f"probe-{key}.txt")
     try:
         with open(record) as f:
-            flags = tuple(f.read().split())
+            found = tuple(f.read().split())
     except OSError:
         folder = cache_dir("c")
         source = os.path.join(folder, f"probe-{key}.{os.getpid()}.c")
@@ -118,28 +128,28 @@ def extra_flags() -> tuple[str, ...]:
         decls = PRELUDE.split("#ifdef FJ_LIBMVEC")[1].split("#endif")[0]
         with open(source, "w") as f:
             f.write(_PROBE % decls)
-        result = subprocess.run([*command, *FLAGS, source, "-o", target, "-lm", "-lmvec"],
+        result = subprocess.run([*command, *base, source, "-o", target, "-lm", "-lmvec"],
                                 capture_output=True, text=True)
-        flags = ("-DFJ_LIBMVEC", "-lmvec") if result.returncode == 0 else ()
+        found = ("-DFJ_LIBMVEC", "-lmvec") if result.returncode == 0 else ()
         for path in (source, target):
             try:
                 os.unlink(path)
             except OSError:
                 pass
         with open(f"{record}.{os.getpid()}.tmp", "w") as f:
-            f.write(" ".join(flags))
+            f.write(" ".join(found))
         os.replace(f"{record}.{os.getpid()}.tmp", record)
-    _extra_flags[key] = flags
-    return flags
+    _extra_flags[key] = found
+    return found
 
 
 def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     """Compile (or find in the disk cache) one shared object with ``names``; their addresses."""
     command, version = find_compiler()
-    flags = (*FLAGS, *extra_flags())
+    options = (*flags(), *extra_flags())
     bodies = [functions[n] for n in names]
     unit = prelude_for(bodies) + "\n" + "\n".join(bodies)
-    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *flags]).encode()).hexdigest()[:40]
+    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *options]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
     lib = None
@@ -151,7 +161,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
         except OSError:
             pass  # pruned (or cut short) since: compiled again
     if lib is None:
-        _compile(command, flags, unit, folder, path)
+        _compile(command, options, unit, folder, path)
         lib = ctypes.CDLL(path)
     _libraries.append(lib)
     return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}
