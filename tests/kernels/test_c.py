@@ -181,6 +181,29 @@ def test_a_shared_object_gone_bad_on_disk_is_compiled_again(tmp_path, monkeypatc
     assert torch.equal(first, second)
 
 
+def test_framejit_cflags_are_added_to_the_build_and_its_cache_key(tmp_path, monkeypatch):
+    # FRAMEJIT_CFLAGS (here a define the unit checks) builds a shared object of its own; a flag
+    # the compiler refuses leaves the kernel as torch ops, with a warning naming the compiler's
+    # words.
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 1.8125), 0.25)  # noqa: E731
+    x = torch.randn(9)
+    c_runtime.clear_memory_cache()
+    first, _ = run_kernels(fn, x)
+    monkeypatch.setenv("FRAMEJIT_CFLAGS", "-DFJ_NO_VEC_TILES -DFJ_CHECK=1")
+    assert c_runtime.flags()[-2:] == ("-DFJ_NO_VEC_TILES", "-DFJ_CHECK=1")
+    c_runtime.clear_memory_cache()
+    second, _ = run_kernels(fn, x)
+    assert len(list(tmp_path.glob("c/*.so"))) == 2
+    assert torch.equal(first, second)
+    monkeypatch.setenv("FRAMEJIT_CFLAGS", "-fno-such-framejit-flag")
+    c_runtime.clear_memory_cache()
+    with pytest.warns(UserWarning, match="(?s)failed to compile on cpu.*-fno-such-framejit-flag"):
+        third, _ = run_kernels(fn, x)
+    c_runtime.clear_memory_cache()
+    assert_close_to_eager(third, fn(x))
+
+
 def test_one_shared_object_per_graph(tmp_path, monkeypatch):
     monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
     x, w = torch.randn(4, 8), torch.randn(8, 8)
