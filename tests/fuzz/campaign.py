@@ -60,6 +60,7 @@ class Summary:
         return (f"fuzz: seed={self.seed} count={self.count} differences={self.differences} "
                 f"crashes={self.crashes} (timeouts {self.statuses['timeout']}) "
                 f"invalid={self.statuses['invalid'] + self.statuses['harness-error']} "
+                f"ill-conditioned={self.statuses['ill-conditioned']} "
                 f"programs with graphs={self.with_graphs} graphs={self.graphs} kernels={self.kernels} "
                 f"time={self.seconds:.0f}s" + (f" avoid={','.join(self.avoid)}" if self.avoid else ""))
 

@@ -111,3 +111,35 @@ def test_printed_floats_compare_within_a_rounding_and_the_rest_exactly():
     assert not _same_printout("v 0.5\n", "v 0.6\n")
     assert not _same_printout("p 3 (2, 4)\n", "p 3 (2, 5)\n")  # ints and shapes: exact
     assert not _same_printout("lens 2 3 0\n", "lens 2 3 0\nv 1\n")
+
+
+_ITERATED = """
+import torch
+
+def make_inputs(variant):
+    g = torch.Generator().manual_seed(variant)
+    return torch.randn(64, generator=g), None, [], {}, None
+
+def f(x, y, lst, d, obj):
+    for _ in range(12):
+        x = 3.0 * torch.sin(x) + 0.5
+    return x
+"""
+
+_PLAIN = _ITERATED.replace("3.0 * torch.sin(x) + 0.5", "x * 0.5 + 1.0")
+
+
+def test_a_program_eager_cannot_hold_to_its_tolerance_is_ill_conditioned_not_a_difference():
+    # x = 3 sin(x) + 0.5, twelve times: a rounding at the first step grows up to 3^12 times. A
+    # difference of values there is "ill-conditioned" (eager on inputs 4 ulps away moves as
+    # far); in x * 0.5 + 1 the same difference stays a difference.
+    from . import runner
+
+    for source, expected in ((_ITERATED, True), (_PLAIN, False)):
+        module = runner.load(source, "test")
+        eager = runner.run_side(module, module.f)
+        diffs = [{"kind": "result", "call": 1, "detail": "result: tensor values differ (max abs diff 0.01)"}]
+        assert runner._ill_conditioned(diffs, eager, runner.load(source, "test")) is expected
+        # where eager does not move, a difference is kept
+        other = [{"kind": "result", "call": 1, "detail": "result[0]: tensor values differ (max abs diff 1)"}]
+        assert runner._ill_conditioned(other, eager, runner.load(source, "test")) is False
