@@ -26,6 +26,7 @@ from ..fx_ir import (
     cpu_sdpa_choice,
     fresh_meta,
     map_aggregate,
+    name_of,
     quiet_failed_meta_runs,
     run_on_meta,
     to_meta,
@@ -245,7 +246,7 @@ _SAME_DTYPE_PRODUCTS = frozenset({
 
 
 def _check_dtypes_agree(kind, target, meta_args) -> None:
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    name = name_of(target)
     if name not in _SAME_DTYPE_PRODUCTS:
         return
     tensors = [a for a in meta_args if isinstance(a, torch.Tensor)]

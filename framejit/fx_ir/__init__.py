@@ -28,7 +28,16 @@ from .meta import (
     quiet_failed_meta_runs,
     to_meta,
 )
-from .node import OPS, VIEW_NAMES, Node, is_inplace, map_aggregate, map_arg, target_name
+from .node import (
+    OPS,
+    VIEW_NAMES,
+    Node,
+    is_inplace,
+    map_aggregate,
+    map_arg,
+    name_of,
+    target_name,
+)
 from .to_torch import to_torch_fx
 
 __all__ = [
@@ -54,6 +63,7 @@ __all__ = [
     "propagate_meta",
     "quiet_failed_meta_runs",
     "run_on_meta",
+    "name_of",
     "target_name",
     "to_meta",
     "from_torch_fx",

@@ -130,11 +130,15 @@ VIEW_NAMES = frozenset({
 })
 
 
-def target_name(node: Node) -> str:
-    """The name of what ``node`` calls: a method's name, else its target's ``__name__``
+def name_of(target: Any) -> str:
+    """A call target's name: a method's name itself, else the target's ``__name__``
     (``split.Tensor`` for an aten overload); "" for neither."""
-    target = node.target
     return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+def target_name(node: Node) -> str:
+    """The name of what ``node`` calls (:func:`name_of` its target)."""
+    return name_of(node.target)
 
 
 def is_inplace(op: str, target: Any, kwargs: Any = None) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..fx_ir import Graph, Node, map_aggregate, to_meta
+from ..fx_ir import Graph, Node, map_aggregate, target_name, to_meta
 from ..fx_ir.meta import resolve_qualname
 from ..fx_ir.node import _RANDOM_FUNCTIONS
 
@@ -79,7 +79,7 @@ def _mutates(node: Node) -> bool:
     if node.op == "call_module":
         return True
     if is_random(node):
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        name = target_name(node)
         if isinstance(node.target, torch._ops.OpOverload):
             return node.target._schema.is_mutable
         return bool(node.kwargs.get("inplace")) or name.endswith("_")
@@ -243,7 +243,7 @@ def _pure_call(node: Node) -> bool:
         return False
     if node.is_impure() or is_random(node) or "out" in node.kwargs:
         return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    name = target_name(node)
     # In place even if meta["impure"] says otherwise.
     return not (isinstance(name, str) and name.endswith("_") and not name.endswith("__"))
 

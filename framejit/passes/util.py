@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, map_arg, run_on_meta
+from ..fx_ir import Graph, Node, map_arg, run_on_meta, target_name
 from .symbolic import SYMBOLIC
 
 aten = torch.ops.aten
@@ -185,8 +185,7 @@ def layout_is_exact(node: Node, known: Any = ()) -> bool:
         if node.op not in ("call_function", "call_method") or not node.args \
                 or not isinstance(node.args[0], Node):
             return False
-        name = node.target if isinstance(node.target, str) else \
-            getattr(node.target, "__name__", "").split(".")[0]
+        name = target_name(node).split(".")[0]
         if name not in _FOLLOW_THEIR_INPUT:
             return False
         node = node.args[0]

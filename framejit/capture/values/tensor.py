@@ -14,7 +14,7 @@ import operator
 import torch
 
 from ...errors import Unsupported
-from ...fx_ir import is_inplace
+from ...fx_ir import is_inplace, target_name
 from ..examples import example_result
 from ..examples import readable_call as _readable
 from .base import Value
@@ -423,7 +423,7 @@ def wrap_op_result(tx, node, result, device) -> Value:
         return TupleValue(items, cls=kind if named else None, names=tuple(fields) if fields else None)
     if result is None or isinstance(result, (torch.dtype, torch.Size)) \
             or (isinstance(result, (bool, int, float, torch.SymInt, torch.SymBool))
-                and _name_of(node.target) in _METADATA_QUERIES):
+                and target_name(node) in _METADATA_QUERIES):
         # An op run for its effect (in-place) or a metadata query; the node stays if impure.
         return const(result)
     if isinstance(result, (bool, int, float)):
@@ -448,8 +448,6 @@ _METADATA_QUERIES = frozenset(_META_METHODS | {
 })
 
 
-def _name_of(target) -> str:
-    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def _meta_of_other(v: Value):
