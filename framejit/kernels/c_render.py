@@ -264,93 +264,143 @@ static inline float fj_expf(float x) {
 #endif
 }
 
-/* fj_expf on 16 floats in AVX-512 registers, for loops in vector tiles (see the renderer's
-   vector_tiles): the same reduction and polynomial, then vscalefps, which multiplies by 2^k
-   with one rounding and gives subnormal results and overflow to inf itself, where the scalar
-   form's vector code takes 8 instructions. The same bits as fj_expf for every float. gcc's
-   builtins, so that no unit parses <immintrin.h> for it; other compilers take the scalar
-   form. */
+/* Vector tiles (see the renderer's vector_tiles): fj_expf and its users over FJ_VW floats in a
+   register, in AVX-512 (16 floats) or AVX2 with FMA and F16C (8: most x86 laptops and
+   desktops). gcc's builtins, so that no unit parses <immintrin.h> for them; other compilers
+   take the plain loops. Each ISA defines the vector types, FJ_VFMA, FJ_VMIN (a < b ? a : b, so
+   FJ_VMIN(89, x) keeps NaN as the scalar form's clamp does), FJ_VMAX (a > b ? a : b),
+   fj_vscale (p * 2^k, k integral) and the fp16 conversions fj_h2fv/fj_f2hv (vcvtph2ps /
+   vcvtps2ph: fj_h2f's and fj_f2h's values, but for a NaN's payload bits). */
 #if defined(__AVX512F__) && defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) \
     && !defined(FJ_NO_VEC_TILES)
 #define FJ_VEC_TILES 1
-typedef float fj_v16sf __attribute__((vector_size(64)));
-typedef int32_t fj_v16si __attribute__((vector_size(64)));
-#define FJ_V16(c) ((fj_v16sf){0} + (float)(c))
+#define FJ_VW 16
+typedef float fj_vf __attribute__((vector_size(64)));
+typedef int32_t fj_vi __attribute__((vector_size(64)));
+typedef short fj_vh __attribute__((vector_size(32)));
+#define FJ_LANE_IDS ((fj_vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 #define FJ_VFMA(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (short)-1, 4)
-static inline fj_v16sf fj_expv(fj_v16sf x) {
-    const fj_v16si tiny = x < FJ_V16(-104.0f);
-    /* vminps(89, x) is 89 < x ? 89 : x, which keeps NaN as the scalar form's clamp does */
-    fj_v16sf c = __builtin_ia32_minps512_mask(FJ_V16(89.0f), x, x, (short)-1, 4);
-    c = (fj_v16sf)((fj_v16si)c & ~tiny);
-    const fj_v16sf k = FJ_VFMA(c, FJ_V16(FJ_EXP_LOG2E), FJ_V16(FJ_EXP_ROUND)) - FJ_EXP_ROUND;
-    fj_v16sf r = FJ_VFMA(k, FJ_V16(FJ_EXP_LN2_HI), c);
-    r = FJ_VFMA(k, FJ_V16(FJ_EXP_LN2_LO), r);
-    fj_v16sf p = FJ_V16(FJ_EXP_P6);
-    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P5));
-    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P4));
-    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P3));
-    p = FJ_VFMA(p, r, FJ_V16(FJ_EXP_P2));
-    p = FJ_VFMA(p, r, FJ_V16(1.0f));
-    p = FJ_VFMA(p, r, FJ_V16(1.0f));
-    const fj_v16sf y = __builtin_ia32_scalefps512_mask(p, k, p, (short)-1, 4);
-    return (fj_v16sf)((fj_v16si)y & ~tiny);
+#define FJ_VMIN(a, b) __builtin_ia32_minps512_mask((a), (b), (b), (short)-1, 4)
+#define FJ_VMAX(a, b) __builtin_ia32_maxps512_mask((a), (b), (b), (unsigned short)-1, 4)
+/* vscalefps: the multiply by 2^k with one rounding, subnormal results and overflow to inf
+   itself, where fj_expf's two steps take 8 instructions (the same bits) */
+static inline fj_vf fj_vscale(fj_vf p, fj_vf k) {
+    return __builtin_ia32_scalefps512_mask(p, k, p, (short)-1, 4);
 }
-static inline fj_v16sf fj_sigmoidv(fj_v16sf x) {
-    return FJ_V16(1.0f) / (FJ_V16(1.0f) + fj_expv(-x));
+static inline fj_vf fj_h2fv(fj_vh w) {
+    return __builtin_ia32_vcvtph2ps512_mask(w, (fj_vf){0}, (short)-1, 4);
 }
-/* e[0..n) = f(e[0..n)), e aligned to 64 bytes; the last n % 16 through a zeroed vector */
-#define FJ_TILE_FUNCTION(name, f)                          \
-    static inline void name(float *restrict e, int64_t n) { \
-        int64_t i = 0;                                     \
-        fj_v16sf v;                                        \
-        for (; i + 16 <= n; i += 16) {                     \
-            memcpy(&v, e + i, 64);                         \
-            v = f(v);                                      \
-            memcpy(e + i, &v, 64);                         \
-        }                                                  \
-        const int64_t m = n - i; /* < 16: says so to gcc */ \
-        if (m > 0 && m < 16) {                             \
-            v = FJ_V16(0.0f);                              \
-            memcpy(&v, e + i, (size_t)m * 4);              \
-            v = f(v);                                      \
-            memcpy(e + i, &v, (size_t)m * 4);              \
-        }                                                  \
+static inline fj_vh fj_f2hv(fj_vf v) {
+    return __builtin_ia32_vcvtps2ph512_mask(v, 0, (fj_vh){0}, (short)-1);
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__) \
+    && !defined(__clang__) && !defined(FJ_NO_VEC_TILES)
+#define FJ_VEC_TILES 1
+#define FJ_VW 8
+typedef float fj_vf __attribute__((vector_size(32)));
+typedef int32_t fj_vi __attribute__((vector_size(32)));
+typedef short fj_vh __attribute__((vector_size(16)));
+#define FJ_LANE_IDS ((fj_vi){0, 1, 2, 3, 4, 5, 6, 7})
+#define FJ_VFMA(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#define FJ_VMIN(a, b) __builtin_ia32_minps256((a), (b))
+#define FJ_VMAX(a, b) __builtin_ia32_maxps256((a), (b))
+/* fj_expf's two steps, lane by lane: p * 2^k1 by adding k1 to p's exponent field, then one
+   rounding multiply by 2^(k - k1); a NaN lane's k converts to INT_MIN (vcvttps2dq), which
+   keeps it NaN, as in fj_expf */
+static inline fj_vf fj_vscale(fj_vf p, fj_vf k) {
+    typedef uint32_t fj_vu __attribute__((vector_size(32)));
+    const fj_vi ki = __builtin_convertvector(k, fj_vi), k1 = ki >> 1;
+    const fj_vu pb = (fj_vu)p + ((fj_vu)k1 << 23);
+    return (fj_vf)pb * (fj_vf)((fj_vu)(ki - k1 + 127) << 23);
+}
+static inline fj_vf fj_h2fv(fj_vh w) {
+    return __builtin_ia32_vcvtph2ps256(w);
+}
+static inline fj_vh fj_f2hv(fj_vf v) {
+    return __builtin_ia32_vcvtps2ph256(v, 0);
+}
+#else
+#define FJ_VEC_TILES 0
+#endif
+
+#if FJ_VEC_TILES
+#define FJ_V(c) ((fj_vf){0} + (float)(c))
+/* fj_expf's reduction and polynomial, then fj_vscale: the same bits for every float */
+static inline fj_vf fj_expv(fj_vf x) {
+    const fj_vi tiny = x < FJ_V(-104.0f);
+    fj_vf c = FJ_VMIN(FJ_V(89.0f), x);
+    c = (fj_vf)((fj_vi)c & ~tiny);
+    const fj_vf k = FJ_VFMA(c, FJ_V(FJ_EXP_LOG2E), FJ_V(FJ_EXP_ROUND)) - FJ_EXP_ROUND;
+    fj_vf r = FJ_VFMA(k, FJ_V(FJ_EXP_LN2_HI), c);
+    r = FJ_VFMA(k, FJ_V(FJ_EXP_LN2_LO), r);
+    fj_vf p = FJ_V(FJ_EXP_P6);
+    p = FJ_VFMA(p, r, FJ_V(FJ_EXP_P5));
+    p = FJ_VFMA(p, r, FJ_V(FJ_EXP_P4));
+    p = FJ_VFMA(p, r, FJ_V(FJ_EXP_P3));
+    p = FJ_VFMA(p, r, FJ_V(FJ_EXP_P2));
+    p = FJ_VFMA(p, r, FJ_V(1.0f));
+    p = FJ_VFMA(p, r, FJ_V(1.0f));
+    return (fj_vf)((fj_vi)fj_vscale(p, k) & ~tiny);
+}
+static inline fj_vf fj_sigmoidv(fj_vf x) {
+    return FJ_V(1.0f) / (FJ_V(1.0f) + fj_expv(-x));
+}
+/* e[0..n) = f(e[0..n)), e aligned to 64 bytes; the last n % FJ_VW through a zeroed vector */
+#define FJ_TILE_FUNCTION(name, f)                                \
+    static inline void name(float *restrict e, int64_t n) {       \
+        int64_t i = 0;                                           \
+        fj_vf v;                                                 \
+        for (; i + FJ_VW <= n; i += FJ_VW) {                     \
+            memcpy(&v, e + i, sizeof v);                         \
+            v = f(v);                                            \
+            memcpy(e + i, &v, sizeof v);                         \
+        }                                                        \
+        const int64_t m = n - i; /* < FJ_VW: says so to gcc */   \
+        if (m > 0 && m < FJ_VW) {                                \
+            v = FJ_V(0.0f);                                      \
+            memcpy(&v, e + i, (size_t)m * 4);                    \
+            v = f(v);                                            \
+            memcpy(e + i, &v, (size_t)m * 4);                    \
+        }                                                        \
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
 FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
 /* The sum of four vector accumulators, then pairwise across lanes: in registers (through
    memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
    35% longer) */
-static inline float fj_lanes_sum(fj_v16sf a0, fj_v16sf a1, fj_v16sf a2, fj_v16sf a3) {
+static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
     a0 = (a0 + a1) + (a2 + a3);
-    a0 += __builtin_shuffle(a0, (fj_v16si){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    a0 += __builtin_shuffle(a0, (fj_v16si){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    a0 += __builtin_shuffle(a0, (fj_v16si){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    a0 += __builtin_shuffle(a0, (fj_v16si){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#if FJ_VW == 16
+    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 8);
+#endif
+    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 4);
+    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 2);
+    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 1);
     return a0[0];
 }
-/* The sum of e[0..n): blocks of 64 into four vector accumulators, then 16 at a time into the
-   first, the last m < 16 into the second (fj_h2f_sum_tile adds in the same order) */
+/* The sum of e[0..n): blocks of 4 vectors into four accumulators, then a vector at a time into
+   the first, the last m < FJ_VW into the second (fj_h2f_sum_tile and fj_exp_sub_tile add
+   alike) */
 static inline float fj_sum_tile(const float *restrict e, int64_t n) {
-    fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        memcpy(&v, e + i, 64);
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
         a0 += v;
-        memcpy(&v, e + i + 16, 64);
+        memcpy(&v, e + i + FJ_VW, sizeof v);
         a1 += v;
-        memcpy(&v, e + i + 32, 64);
+        memcpy(&v, e + i + 2 * FJ_VW, sizeof v);
         a2 += v;
-        memcpy(&v, e + i + 48, 64);
+        memcpy(&v, e + i + 3 * FJ_VW, sizeof v);
         a3 += v;
     }
-    for (; i + 16 <= n; i += 16) {
-        memcpy(&v, e + i, 64);
+    for (; i + FJ_VW <= n; i += FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
         a0 += v;
     }
-    const int64_t m = n - i; /* < 16 */
-    if (m > 0 && m < 16) {
-        v = FJ_V16(0.0f);
+    const int64_t m = n - i; /* < FJ_VW */
+    if (m > 0 && m < FJ_VW) {
+        v = FJ_V(0.0f);
         memcpy(&v, e + i, (size_t)m * 4);
         a1 += v;
     }
@@ -360,41 +410,43 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
    sum as fj_sum_tile adds them; and the max of next[0..n) into *m, NaNs skipped and flagged
    in *nan, as a max reduction's loop takes it (a softmax's next row: see the renderer's
    row_ahead). One pass for the three. */
-static inline fj_v16sf fj_exp_sub16(const float *restrict x, fj_v16sf c, float *restrict e,
-                                    const float *restrict next, fj_v16sf *top, fj_v16si *flag) {
-    fj_v16sf v, u;
-    memcpy(&v, x, 64);
+static inline fj_vf fj_exp_subv(const float *restrict x, fj_vf c, float *restrict e,
+                                const float *restrict next, fj_vf *top, fj_vi *flag) {
+    fj_vf v, u;
+    memcpy(&v, x, sizeof v);
     v = fj_expv(v - c);
-    memcpy(e, &v, 64);
-    memcpy(&u, next, 64);
-    *top = __builtin_ia32_maxps512_mask(u, *top, *top, (unsigned short)-1, 4); /* u > top ? u : top */
-    *flag |= (fj_v16si)(u != u);
+    memcpy(e, &v, sizeof v);
+    memcpy(&u, next, sizeof u);
+    *top = FJ_VMAX(u, *top);
+    *flag |= (fj_vi)(u != u);
     return v;
 }
 static inline float fj_exp_sub_tile(const float *restrict x, float c, float *restrict e, int64_t n,
                                     const float *restrict next, float *restrict m,
                                     int *restrict nan) {
-    const fj_v16sf cv = FJ_V16(c);
-    fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v, top = FJ_V16(-INFINITY);
-    fj_v16si flag = (fj_v16si){0};
+    const fj_vf cv = FJ_V(c);
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v, top = FJ_V(-INFINITY);
+    fj_vi flag = (fj_vi){0};
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 += fj_exp_sub16(x + i, cv, e + i, next + i, &top, &flag);
-        a1 += fj_exp_sub16(x + i + 16, cv, e + i + 16, next + i + 16, &top, &flag);
-        a2 += fj_exp_sub16(x + i + 32, cv, e + i + 32, next + i + 32, &top, &flag);
-        a3 += fj_exp_sub16(x + i + 48, cv, e + i + 48, next + i + 48, &top, &flag);
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        a0 += fj_exp_subv(x + i, cv, e + i, next + i, &top, &flag);
+        a1 += fj_exp_subv(x + i + FJ_VW, cv, e + i + FJ_VW, next + i + FJ_VW, &top, &flag);
+        a2 += fj_exp_subv(x + i + 2 * FJ_VW, cv, e + i + 2 * FJ_VW, next + i + 2 * FJ_VW, &top,
+                          &flag);
+        a3 += fj_exp_subv(x + i + 3 * FJ_VW, cv, e + i + 3 * FJ_VW, next + i + 3 * FJ_VW, &top,
+                          &flag);
     }
-    for (; i + 16 <= n; i += 16)
-        a0 += fj_exp_sub16(x + i, cv, e + i, next + i, &top, &flag);
+    for (; i + FJ_VW <= n; i += FJ_VW)
+        a0 += fj_exp_subv(x + i, cv, e + i, next + i, &top, &flag);
     float best = *m;
     int any = *nan;
-    const int64_t rest = n - i; /* < 16: says so to gcc */
-    if (rest > 0 && rest < 16) {
-        v = FJ_V16(0.0f);
+    const int64_t rest = n - i; /* < FJ_VW: says so to gcc */
+    if (rest > 0 && rest < FJ_VW) {
+        v = FJ_V(0.0f);
         memcpy(&v, x + i, (size_t)rest * 4);
         v = fj_expv(v - cv);
         memcpy(e + i, &v, (size_t)rest * 4);
-        v = FJ_V16(0.0f);
+        v = FJ_V(0.0f);
         memcpy(&v, e + i, (size_t)rest * 4);
         a1 += v;
         for (int64_t j = 0; j < rest; j++) {
@@ -402,7 +454,7 @@ static inline float fj_exp_sub_tile(const float *restrict x, float c, float *res
             any |= next[i + j] != next[i + j];
         }
     }
-    for (int l = 0; l < 16; l++) {
+    for (int l = 0; l < FJ_VW; l++) {
         best = top[l] > best ? top[l] : best;
         any |= flag[l] != 0;
     }
@@ -410,151 +462,6 @@ static inline float fj_exp_sub_tile(const float *restrict x, float c, float *res
     *nan = any;
     return fj_lanes_sum(a0, a1, a2, a3);
 }
-
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__) \
-    && !defined(__clang__) && !defined(FJ_NO_VEC_TILES)
-/* The same tiles in AVX2 registers, 8 floats each (most x86 laptops and desktops: no AVX-512),
-   with F16C's vcvtph2ps/vcvtps2ph for fp16. No vscalefps here: fj_expv takes fj_expf's own
-   two-step scaling, lane by lane the scalar form's operations, so the same bits. */
-#define FJ_VEC_TILES 1
-typedef float fj_v8sf __attribute__((vector_size(32)));
-typedef int32_t fj_v8si __attribute__((vector_size(32)));
-typedef uint32_t fj_v8su __attribute__((vector_size(32)));
-typedef short fj_v8hi __attribute__((vector_size(16)));
-#define FJ_V8(c) ((fj_v8sf){0} + (float)(c))
-#define FJ_VFMA(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
-static inline fj_v8sf fj_expv(fj_v8sf x) {
-    const fj_v8si tiny = x < FJ_V8(-104.0f);
-    /* vminps(89, x) is 89 < x ? 89 : x, which keeps NaN as the scalar form's clamp does */
-    fj_v8sf c = __builtin_ia32_minps256(FJ_V8(89.0f), x);
-    c = (fj_v8sf)((fj_v8si)c & ~tiny);
-    const fj_v8sf k = FJ_VFMA(c, FJ_V8(FJ_EXP_LOG2E), FJ_V8(FJ_EXP_ROUND)) - FJ_EXP_ROUND;
-    fj_v8sf r = FJ_VFMA(k, FJ_V8(FJ_EXP_LN2_HI), c);
-    r = FJ_VFMA(k, FJ_V8(FJ_EXP_LN2_LO), r);
-    fj_v8sf p = FJ_V8(FJ_EXP_P6);
-    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P5));
-    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P4));
-    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P3));
-    p = FJ_VFMA(p, r, FJ_V8(FJ_EXP_P2));
-    p = FJ_VFMA(p, r, FJ_V8(1.0f));
-    p = FJ_VFMA(p, r, FJ_V8(1.0f));
-    /* p * 2^k1 by adding k1 to p's exponent field, then one rounding multiply by 2^(k-k1);
-       a NaN lane's k converts to INT_MIN (vcvttps2dq), which keeps it NaN, as in fj_expf */
-    const fj_v8si ki = __builtin_convertvector(k, fj_v8si), k1 = ki >> 1;
-    const fj_v8su pb = (fj_v8su)p + ((fj_v8su)k1 << 23);
-    const fj_v8su scale = (fj_v8su)(ki - k1 + 127) << 23;
-    const fj_v8sf y = (fj_v8sf)pb * (fj_v8sf)scale;
-    return (fj_v8sf)((fj_v8si)y & ~tiny);
-}
-static inline fj_v8sf fj_sigmoidv(fj_v8sf x) {
-    return FJ_V8(1.0f) / (FJ_V8(1.0f) + fj_expv(-x));
-}
-/* e[0..n) = f(e[0..n)); the last n % 8 through a zeroed vector */
-#define FJ_TILE_FUNCTION(name, f)                          \
-    static inline void name(float *restrict e, int64_t n) { \
-        int64_t i = 0;                                     \
-        fj_v8sf v;                                         \
-        for (; i + 8 <= n; i += 8) {                       \
-            memcpy(&v, e + i, 32);                         \
-            v = f(v);                                      \
-            memcpy(e + i, &v, 32);                         \
-        }                                                  \
-        const int64_t m = n - i; /* < 8: says so to gcc */ \
-        if (m > 0 && m < 8) {                              \
-            v = FJ_V8(0.0f);                               \
-            memcpy(&v, e + i, (size_t)m * 4);              \
-            v = f(v);                                      \
-            memcpy(e + i, &v, (size_t)m * 4);              \
-        }                                                  \
-    }
-FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
-FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
-static inline float fj_lanes_sum(fj_v8sf a0, fj_v8sf a1, fj_v8sf a2, fj_v8sf a3) {
-    a0 = (a0 + a1) + (a2 + a3);
-    a0 += __builtin_shuffle(a0, (fj_v8si){4, 5, 6, 7, 0, 1, 2, 3});
-    a0 += __builtin_shuffle(a0, (fj_v8si){2, 3, 0, 1, 6, 7, 4, 5});
-    a0 += __builtin_shuffle(a0, (fj_v8si){1, 0, 3, 2, 5, 4, 7, 6});
-    return a0[0];
-}
-/* The sum of e[0..n): blocks of 32 into four vector accumulators, then 8 at a time into the
-   first, the last m < 8 into the second (fj_h2f_sum_tile and fj_exp_sub_tile add alike) */
-static inline float fj_sum_tile(const float *restrict e, int64_t n) {
-    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        memcpy(&v, e + i, 32);
-        a0 += v;
-        memcpy(&v, e + i + 8, 32);
-        a1 += v;
-        memcpy(&v, e + i + 16, 32);
-        a2 += v;
-        memcpy(&v, e + i + 24, 32);
-        a3 += v;
-    }
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&v, e + i, 32);
-        a0 += v;
-    }
-    const int64_t m = n - i; /* < 8 */
-    if (m > 0 && m < 8) {
-        v = FJ_V8(0.0f);
-        memcpy(&v, e + i, (size_t)m * 4);
-        a1 += v;
-    }
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
-static inline fj_v8sf fj_exp_sub8(const float *restrict x, fj_v8sf c, float *restrict e,
-                                  const float *restrict next, fj_v8sf *top, fj_v8si *flag) {
-    fj_v8sf v, u;
-    memcpy(&v, x, 32);
-    v = fj_expv(v - c);
-    memcpy(e, &v, 32);
-    memcpy(&u, next, 32);
-    *top = __builtin_ia32_maxps256(u, *top); /* u > top ? u : top */
-    *flag |= (fj_v8si)(u != u);
-    return v;
-}
-static inline float fj_exp_sub_tile(const float *restrict x, float c, float *restrict e, int64_t n,
-                                    const float *restrict next, float *restrict m,
-                                    int *restrict nan) {
-    const fj_v8sf cv = FJ_V8(c);
-    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v, top = FJ_V8(-INFINITY);
-    fj_v8si flag = (fj_v8si){0};
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 += fj_exp_sub8(x + i, cv, e + i, next + i, &top, &flag);
-        a1 += fj_exp_sub8(x + i + 8, cv, e + i + 8, next + i + 8, &top, &flag);
-        a2 += fj_exp_sub8(x + i + 16, cv, e + i + 16, next + i + 16, &top, &flag);
-        a3 += fj_exp_sub8(x + i + 24, cv, e + i + 24, next + i + 24, &top, &flag);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 += fj_exp_sub8(x + i, cv, e + i, next + i, &top, &flag);
-    float best = *m;
-    int any = *nan;
-    const int64_t rest = n - i; /* < 8: says so to gcc */
-    if (rest > 0 && rest < 8) {
-        v = FJ_V8(0.0f);
-        memcpy(&v, x + i, (size_t)rest * 4);
-        v = fj_expv(v - cv);
-        memcpy(e + i, &v, (size_t)rest * 4);
-        v = FJ_V8(0.0f);
-        memcpy(&v, e + i, (size_t)rest * 4);
-        a1 += v;
-        for (int64_t j = 0; j < rest; j++) {
-            best = next[i + j] > best ? next[i + j] : best;
-            any |= next[i + j] != next[i + j];
-        }
-    }
-    for (int l = 0; l < 8; l++) {
-        best = top[l] > best ? top[l] : best;
-        any |= flag[l] != 0;
-    }
-    *m = best;
-    *nan = any;
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
-#else
-#define FJ_VEC_TILES 0
 #endif
 
 /* GELU, x / 2 * (1 + erf(x / sqrt 2)), with erf(z) = z * P(z^2) / Q(z^2) for |z| < 3.925 and
@@ -660,43 +567,41 @@ static inline uint16_t fj_f2h(float f) {
     return (uint16_t)(sign | o);
 }
 #endif
-#if FJ_VEC_TILES && defined(__AVX512F__)
-/* fp16 <-> fp32 over a tile with vcvtph2ps / vcvtps2ph (round to nearest even): the values
-   of fj_h2f / fj_f2h, but for a NaN's payload bits (both quiet NaNs of the same sign). */
-typedef short fj_v16hi __attribute__((vector_size(32)));
-/* 16 halfs at h converted into f, and returned */
-static inline fj_v16sf fj_h2f16(const uint16_t *restrict h, float *restrict f) {
-    fj_v16hi w;
-    memcpy(&w, h, 32);
-    const fj_v16sf y = __builtin_ia32_vcvtph2ps512_mask(w, FJ_V16(0.0f), (short)-1, 4);
-    memcpy(f, &y, 64);
+#if FJ_VEC_TILES
+/* fp16 <-> fp32 over a tile, a vector at a time (fj_h2fv / fj_f2hv), the tail through the
+   scalar forms. FJ_VW halfs at h converted into f, and returned: */
+static inline fj_vf fj_h2f_vec(const uint16_t *restrict h, float *restrict f) {
+    fj_vh w;
+    memcpy(&w, h, sizeof w);
+    const fj_vf y = fj_h2fv(w);
+    memcpy(f, &y, sizeof y);
     return y;
 }
 static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        fj_h2f16(h + i, f + i);
+    for (; i + FJ_VW <= n; i += FJ_VW)
+        fj_h2f_vec(h + i, f + i);
     for (; i < n; i++)
         f[i] = fj_h2f(h[i]);
 }
 /* fj_h2f_tile and fj_sum_tile of its values in one pass over the tile: the same values and the
    same sum (an fp16 mean's first loop: 8% faster than the two passes) */
 static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
-    fj_v16sf a0 = FJ_V16(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 += fj_h2f16(h + i, f + i);
-        a1 += fj_h2f16(h + i + 16, f + i + 16);
-        a2 += fj_h2f16(h + i + 32, f + i + 32);
-        a3 += fj_h2f16(h + i + 48, f + i + 48);
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        a0 += fj_h2f_vec(h + i, f + i);
+        a1 += fj_h2f_vec(h + i + FJ_VW, f + i + FJ_VW);
+        a2 += fj_h2f_vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);
+        a3 += fj_h2f_vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);
     }
-    for (; i + 16 <= n; i += 16)
-        a0 += fj_h2f16(h + i, f + i);
-    const int64_t m = n - i; /* < 16 */
-    if (m > 0 && m < 16) {
+    for (; i + FJ_VW <= n; i += FJ_VW)
+        a0 += fj_h2f_vec(h + i, f + i);
+    const int64_t m = n - i; /* < FJ_VW */
+    if (m > 0 && m < FJ_VW) {
         for (int64_t j = 0; j < m; j++)
             f[i + j] = fj_h2f(h[i + j]);
-        v = FJ_V16(0.0f);
+        v = FJ_V(0.0f);
         memcpy(&v, f + i, (size_t)m * 4);
         a1 += v;
     }
@@ -704,59 +609,11 @@ static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict 
 }
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        fj_v16sf v;
-        memcpy(&v, f + i, 64);
-        const fj_v16hi y = __builtin_ia32_vcvtps2ph512_mask(v, 0, (fj_v16hi){0}, (short)-1);
-        memcpy(h + i, &y, 32);
-    }
-    for (; i < n; i++)
-        h[i] = fj_f2h(f[i]);
-}
-#elif FJ_VEC_TILES
-/* The same in AVX2 registers (F16C), 8 at a time */
-static inline fj_v8sf fj_h2f8(const uint16_t *restrict h, float *restrict f) {
-    fj_v8hi w;
-    memcpy(&w, h, 16);
-    const fj_v8sf y = __builtin_ia32_vcvtph2ps256(w);
-    memcpy(f, &y, 32);
-    return y;
-}
-static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        fj_h2f8(h + i, f + i);
-    for (; i < n; i++)
-        f[i] = fj_h2f(h[i]);
-}
-static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
-    fj_v8sf a0 = FJ_V8(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 += fj_h2f8(h + i, f + i);
-        a1 += fj_h2f8(h + i + 8, f + i + 8);
-        a2 += fj_h2f8(h + i + 16, f + i + 16);
-        a3 += fj_h2f8(h + i + 24, f + i + 24);
-    }
-    for (; i + 8 <= n; i += 8)
-        a0 += fj_h2f8(h + i, f + i);
-    const int64_t m = n - i; /* < 8 */
-    if (m > 0 && m < 8) {
-        for (int64_t j = 0; j < m; j++)
-            f[i + j] = fj_h2f(h[i + j]);
-        v = FJ_V8(0.0f);
-        memcpy(&v, f + i, (size_t)m * 4);
-        a1 += v;
-    }
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
-static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        fj_v8sf v;
-        memcpy(&v, f + i, 32);
-        const fj_v8hi y = __builtin_ia32_vcvtps2ph256(v, 0);
-        memcpy(h + i, &y, 16);
+    for (; i + FJ_VW <= n; i += FJ_VW) {
+        fj_vf v;
+        memcpy(&v, f + i, sizeof v);
+        const fj_vh y = fj_f2hv(v);
+        memcpy(h + i, &y, sizeof y);
     }
     for (; i < n; i++)
         h[i] = fj_f2h(f[i]);
