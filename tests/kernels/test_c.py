@@ -140,11 +140,18 @@ def test_integer_arithmetic_wraps_like_torch():
     assert all(torch.equal(g, e) for g, e in zip(got, f(a)))
 
 
-def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkeypatch):
+def _kernel_with_cache_in(tmp_path, monkeypatch, scale: float):
+    """A one-kernel function of ``scale`` and its input, with the disk cache in ``tmp_path`` and
+    the memory of built functions cleared (as in a new process)."""
     monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
-    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 3.25), 0.125)  # noqa: E731
+    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, scale), 0.375)  # noqa: E731
     x = torch.randn(9)
     c_runtime.clear_memory_cache()
+    return fn, x
+
+
+def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkeypatch):
+    fn, x = _kernel_with_cache_in(tmp_path, monkeypatch, 3.25)
     before = dict(c_runtime.c_counters)
     first, _ = run_kernels(fn, x)
     assert c_runtime.c_counters["compiles"] == before["compiles"] + 1
@@ -160,10 +167,7 @@ def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkey
 
 def test_a_shared_object_gone_bad_on_disk_is_compiled_again(tmp_path, monkeypatch):
     # The cache's pruning (or a crash) may take a file another process has just found.
-    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
-    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 2.0625), 0.375)  # noqa: E731
-    x = torch.randn(9)
-    c_runtime.clear_memory_cache()
+    fn, x = _kernel_with_cache_in(tmp_path, monkeypatch, 2.0625)
     first, _ = run_kernels(fn, x)
     load, refused = c_runtime.ctypes.CDLL, []
 
@@ -185,10 +189,7 @@ def test_framejit_cflags_are_added_to_the_build_and_its_cache_key(tmp_path, monk
     # FRAMEJIT_CFLAGS (here a define the unit checks) builds a shared object of its own; a flag
     # the compiler refuses leaves the kernel as torch ops, with a warning naming the compiler's
     # words.
-    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
-    fn = lambda x: A.add.Tensor(A.mul.Tensor(x, 1.8125), 0.25)  # noqa: E731
-    x = torch.randn(9)
-    c_runtime.clear_memory_cache()
+    fn, x = _kernel_with_cache_in(tmp_path, monkeypatch, 1.8125)
     first, _ = run_kernels(fn, x)
     monkeypatch.setenv("FRAMEJIT_CFLAGS", "-DFJ_NO_VEC_TILES -DFJ_CHECK=1")
     assert c_runtime.flags()[-2:] == ("-DFJ_NO_VEC_TILES", "-DFJ_CHECK=1")
