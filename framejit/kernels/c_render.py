@@ -2347,11 +2347,13 @@ def _c_cast(x: str, source: torch.dtype, target: torch.dtype) -> str:
     int16/int8 through int32, as a scalar cast on x86 does; to uint8 through int64, as c10's
     static_cast_with_inter_type does (-100.0 -> 156; a float cast straight to uint8_t is
     undefined for negatives, and gcc's vector loops give 0)."""
-    if source.is_floating_point and target in _INTEGERS:
-        wide = "64" if target in (torch.int64, torch.uint8) else "32"
-        value = f"fj_{'d' if source == torch.float64 else 'f'}2i{wide}({x})"
-        return value if target in (torch.int64, torch.int32) else f"({c_type(target)}){value}"
-    return f"({c_type(target)}){x}"
+    wide = _CONVERTED_THROUGH.get(target) if source.is_floating_point else None
+    if wide is None:
+        return f"({c_type(target)}){x}"
+    value = f"fj_{'d' if source == torch.float64 else 'f'}2i{wide.itemsize * 8}({x})"
+    return value if target == wide else f"({c_type(target)}){value}"
 
 
-_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+#: The integer a float converts to on its way to each integer dtype (see _c_cast).
+_CONVERTED_THROUGH = {torch.int64: torch.int64, torch.uint8: torch.int64, torch.int32: torch.int32,
+                      torch.int16: torch.int32, torch.int8: torch.int32}

@@ -9,8 +9,8 @@
   version and the flags (``$FRAMEJIT_CACHE_DIR/c`` or ``~/.cache/framejit/c``); written to a
   temporary name and renamed, so concurrent processes never see half a file. In a process each
   function (named after a hash of its body) is compiled at most once.
-* **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` and ``$FRAMEJIT_CFLAGS`` (never ``-ffast-math``: with gcc < 13 it sets
-  flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
+* **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` and ``$FRAMEJIT_CFLAGS`` (never
+  ``-ffast-math``: with gcc < 13 it sets flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
   launcher is built, which the compiler layer turns into eager torch with one warning.
 * **Calls**: ``framejit._claunch.launch(address, nthreads, *tensors, *sizes)`` (a METH_FASTCALL
   function in our own extension) when it is built, ctypes otherwise: the tensors' data pointers
@@ -46,7 +46,6 @@ from .triton_runtime import KernelCompileError
 #: ops (AVX2), gcc leaves such a loop scalar: an fp32 softmax ran 4x slower.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off",
          "-fno-trapping-math")
-
 
 
 def flags() -> tuple[str, ...]:

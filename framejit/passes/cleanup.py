@@ -21,7 +21,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..fx_ir import Graph, Node, map_aggregate, target_name, to_meta
 from ..fx_ir.meta import resolve_qualname
-from ..fx_ir.node import _RANDOM_FUNCTIONS
+from ..fx_ir.node import _RANDOM_FUNCTIONS, _is_inplace_name
 
 #: Folding stops at results larger than this (they would be stored in the constants).
 MAX_FOLDED_NUMEL = 1 << 20
@@ -243,9 +243,8 @@ def _pure_call(node: Node) -> bool:
         return False
     if node.is_impure() or is_random(node) or "out" in node.kwargs:
         return False
-    name = target_name(node)
     # In place even if meta["impure"] says otherwise.
-    return not (isinstance(name, str) and name.endswith("_") and not name.endswith("__"))
+    return not _is_inplace_name(target_name(node))
 
 
 # --------------------------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def _readers(node: Node, group_of: dict) -> list[FusionGroup]:
             found.append(g)
         elif user.op in ("call_function", "call_method") \
                 and target_name(user).split(".")[0] in VIEW_NAMES \
-                and user.args and user.args[0] in seen | {node}:
+                and user.args and (user.args[0] is node or user.args[0] in seen):
             pending.extend(user.users)
     return found
 

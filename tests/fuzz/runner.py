@@ -127,6 +127,11 @@ def _values_only(diffs: list[dict]) -> bool:
     return all(_VALUES in d["detail"] for d in diffs)
 
 
+def _place(diff: dict) -> tuple:
+    """Where a difference of values is: its part, call and path."""
+    return diff["kind"], diff["call"], diff["detail"].split(_VALUES)[0]
+
+
 def _perturb(value, g: torch.Generator, seen: set) -> None:
     """Scales each fp32/fp64 tensor reachable from ``value`` (lists, tuples, dicts, objects'
     attributes) by 1 +- PERTURBATION, element by element, in place."""
@@ -168,9 +173,8 @@ def _ill_conditioned(diffs: list[dict], eager: list[dict], module) -> bool:
         moved = compare_records(eager, run_side(module, module.f))
     except Exception:
         return False
-    places = {(d["kind"], d["call"], d["detail"].split(_VALUES)[0]) for d in moved
-              if _VALUES in d["detail"]}
-    return all((d["kind"], d["call"], d["detail"].split(_VALUES)[0]) in places for d in diffs)
+    places = {_place(d) for d in moved if _VALUES in d["detail"]}
+    return all(_place(d) in places for d in diffs)
 
 
 def _reference_backend(gm, example_inputs):

@@ -448,8 +448,6 @@ _METADATA_QUERIES = frozenset(_META_METHODS | {
 })
 
 
-
-
 def _meta_of_other(v: Value):
     raise Unsupported(f"passing {v.describe()} to a torch function")
 
