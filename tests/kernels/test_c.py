@@ -400,6 +400,41 @@ def test_rows_keep_costly_values_in_a_row_buffer_or_their_output_row(threads, n)
     assert scalar_form(launcher.source).count("in2[") == 1, launcher.source
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_short_rows_are_reduced_several_at_a_time_with_the_one_row_bits(threads, monkeypatch, dtype):
+    # Reductions over short rows take each step (a sum, then the variance's sum, then the
+    # stores) for several rows in turn (interleaved_rows): a layer norm, a log-softmax, a
+    # softmax keeping exp in row buffers (one per row), argmax with max, an integer count,
+    # rows of 128 and of 100, a number of rows that is no multiple of the rows taken at once,
+    # and 300 rows of 128 (parallel at two threads); NaN, inf and -inf rows. The same bits as
+    # one row at a time, and eager's values.
+    def counts(x):
+        return (x > 0).sum(-1), x.argmax(-1), x.amax(-1)
+
+    for rows, n in ((13, 128), (300, 128), (9, 100)):
+        x = (torch.randn(rows, n) * 3).to(dtype)
+        x[1, 3], x[2, :], x[3, 5], x[4, ::2] = float("nan"), float("-inf"), float("inf"), float("-inf")
+        w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+        cases = [(lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), (x, w, b)),
+                 (lambda x: torch.log_softmax(x, -1), (x,)),
+                 (lambda x: torch.softmax(x * 0.5, -1), (x,)),
+                 (counts, (x,))]
+        for fn, args in cases:
+            got, backend = run_kernels(fn, *args)
+            source = "".join(k.source for k in backend.kernels)
+            with monkeypatch.context() as m:
+                m.setattr(c_render, "INTERLEAVE_ROWS", 1)
+                one, alone = run_kernels(fn, *args)
+            # (an fp32 log-softmax takes the next row's max in its exp tile instead)
+            assert ("fj_x += " in source) != ("fj_exp_sub_tile(" in source), source
+            assert "fj_x += " not in alone.kernels[0].source
+            _assert_same_bits(got, one)
+            assert_close_to_eager(got, fn(*args))
+    # A softmax keeps its exp in one row buffer per row.
+    _, backend = run_kernels(lambda x: torch.softmax(x * 0.5, -1), torch.randn(16, 100).bfloat16())
+    assert re.search(r"float fj_b\d+\[[2-8]\]\[112\] __attribute__", backend.kernels[0].source)
+
+
 def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
     # An fp16 softmax's exp is fp32, which an fp16 output row cannot hold: a long row
     # computes it twice (the same results).
@@ -874,7 +909,8 @@ def test_half_inputs_every_row_reads_alike_are_converted_once_per_call(threads, 
         arrays = re.findall(r"float (h\d+)\[\d+\] __attribute__", body)
         assert len(arrays) == shared, source
         for name in arrays:  # filled before the row loop, read in it
-            assert body.index(f"{name}[r] = {convert}") < body.index("for (int64_t x = 0;"), source
+            rows = re.search(r"for \(int64_t (fj_)?x = 0;", body).start()
+            assert body.index(f"{name}[r] = {convert}") < rows, source
             assert f"= {name}[r];" in body, source
         _assert_same_bits(got, plain, sums="reduction(+" in source)
         assert_close_to_eager(got, eager())
