@@ -1,5 +1,5 @@
 """Random numbers in C kernels: Philox 4x32-10 keyed by the per-call seed, box point ``i`` taking
-word ``i & 3`` of the block for counter ``i >> 2``, filled per tile of a loop (AVX-512 where the
+word ``i & 3`` of the block for counter ``i >> 2``, filled per tile of a loop (AVX-512 or AVX2 where the
 machine has it). The numbers depend only on the seed and the point: not on threads, tiles or the
 instruction set. They are uniform in [0, 1) with 24 bits, with no visible dependence between
 neighbours or between the four words of one block (bounds a correct generator passes with
@@ -88,11 +88,14 @@ def test_numbers_do_not_depend_on_the_tile(monkeypatch, tile):
     assert torch.equal(got, want)
 
 
-def test_numbers_do_not_depend_on_avx512(monkeypatch):
-    """The vector fill (AVX-512) and the scalar one give the same bits."""
+@pytest.mark.parametrize("flags", [("-mno-avx512f",), ("-mno-avx512f", "-mno-avx2")],
+                         ids=["avx2", "scalar"])
+def test_numbers_do_not_depend_on_the_instruction_set(monkeypatch, flags):
+    """The vector fills (AVX-512 where the machine has it, AVX2) and the scalar one give the
+    same bits."""
     x = torch.randn(100, 1001)
     want = draw(uniform, x)
-    monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-mno-avx512f"))
+    monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, *flags))
     c_runtime.clear_memory_cache()  # the same function, built again with the new flags
     before = c_runtime.c_counters["compiles"] + c_runtime.c_counters["disk_hits"]
     try:
