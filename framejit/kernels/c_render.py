@@ -592,45 +592,55 @@ static inline uint16_t fj_f2h(float f) {
 }
 #endif
 #if FJ_VEC_TILES
-/* fp16 <-> fp32 over a tile, a vector at a time (fj_h2fv / fj_f2hv), the tail through the
-   scalar forms. FJ_VW halfs at h converted into f, and returned: */
-static inline fj_vf fj_h2f_vec(const uint16_t *restrict h, float *restrict f) {
-    fj_vh w;
-    memcpy(&w, h, sizeof w);
-    const fj_vf y = fj_h2fv(w);
-    memcpy(f, &y, sizeof y);
-    return y;
+/* fp16 (bf16) -> fp32 over a tile, a vector at a time (fj_h2fv / fj_bf2fv), the tail through
+   the scalar forms: FJ_VW halfs at h converted into f, and returned (fj_h2f_vec); a tile's
+   (fj_h2f_tile); a tile's, and the sum of its values as fj_sum_tile adds them, in one pass (an
+   fp16 mean's first loop: 8% faster than two passes; fj_h2f_sum_tile). A bf16 tile's full
+   vector stores let its readers' vector loads forward from them: gcc's loop stored bf16 rows
+   of 16 in two halves, and a softmax over them ran 2x slower in tiles than in plain loops. */
+static inline fj_vf fj_bf2fv(fj_vh w) {
+    typedef uint16_t fj_vuh __attribute__((vector_size(sizeof(fj_vh))));
+    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
+    return (fj_vf)(__builtin_convertvector((fj_vuh)w, fj_vu) << 16);
 }
-static inline void fj_h2f_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
-    int64_t i = 0;
-    for (; i + FJ_VW <= n; i += FJ_VW)
-        fj_h2f_vec(h + i, f + i);
-    for (; i < n; i++)
-        f[i] = fj_h2f(h[i]);
-}
-/* fj_h2f_tile and fj_sum_tile of its values in one pass over the tile: the same values and the
-   same sum (an fp16 mean's first loop: 8% faster than the two passes) */
-static inline float fj_h2f_sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) {
-    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
-    int64_t i = 0;
-    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
-        a0 += fj_h2f_vec(h + i, f + i);
-        a1 += fj_h2f_vec(h + i + FJ_VW, f + i + FJ_VW);
-        a2 += fj_h2f_vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);
-        a3 += fj_h2f_vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);
+#define FJ_HALF_TILES(h2f, vec, tile, sum_tile, convert)                                      \
+    static inline fj_vf vec(const uint16_t *restrict h, float *restrict f) {               \
+        fj_vh w;                                                                            \
+        memcpy(&w, h, sizeof w);                                                            \
+        const fj_vf y = convert(w);                                                         \
+        memcpy(f, &y, sizeof y);                                                            \
+        return y;                                                                           \
+    }                                                                                       \
+    static inline void tile(const uint16_t *restrict h, float *restrict f, int64_t n) {    \
+        int64_t i = 0;                                                                      \
+        for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
+            vec(h + i, f + i);                                                              \
+        for (; i < n; i++)                                                                  \
+            f[i] = h2f(h[i]);                                                               \
+    }                                                                                       \
+    static inline float sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) { \
+        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;                                \
+        int64_t i = 0;                                                                      \
+        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
+            a0 += vec(h + i, f + i);                                                        \
+            a1 += vec(h + i + FJ_VW, f + i + FJ_VW);                                        \
+            a2 += vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);                                \
+            a3 += vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);                                \
+        }                                                                                   \
+        for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
+            a0 += vec(h + i, f + i);                                                        \
+        const int64_t m = n - i; /* < FJ_VW */                                              \
+        if (m > 0 && m < FJ_VW) {                                                           \
+            for (int64_t j = 0; j < m; j++)                                                 \
+                f[i + j] = h2f(h[i + j]);                                                   \
+            v = FJ_V(0.0f);                                                                 \
+            memcpy(&v, f + i, (size_t)m * 4);                                               \
+            a1 += v;                                                                        \
+        }                                                                                   \
+        return fj_lanes_sum(a0, a1, a2, a3);                                                \
     }
-    for (; i + FJ_VW <= n; i += FJ_VW)
-        a0 += fj_h2f_vec(h + i, f + i);
-    const int64_t m = n - i; /* < FJ_VW */
-    if (m > 0 && m < FJ_VW) {
-        for (int64_t j = 0; j < m; j++)
-            f[i + j] = fj_h2f(h[i + j]);
-        v = FJ_V(0.0f);
-        memcpy(&v, f + i, (size_t)m * 4);
-        a1 += v;
-    }
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
+FJ_HALF_TILES(fj_h2f, fj_h2f_vec, fj_h2f_tile, fj_h2f_sum_tile, fj_h2fv)
+FJ_HALF_TILES(fj_bf2f, fj_bf2f_vec, fj_bf2f_tile, fj_bf2f_sum_tile, fj_bf2fv)
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
     int64_t i = 0;
     for (; i + FJ_VW <= n; i += FJ_VW) {
@@ -1720,7 +1730,19 @@ class _Renderer:
         which the compiler takes where the prelude defines ``FJ_VEC_TILES``. ``tile``: the
         pragma, tail and fp32 sums (op, operand) of a reduction's loop in tiles, where those
         sums add a tile at a time."""
-        tiles = self.vector_tiled(body)
+        # bf16 loads convert in the tiles of a loop that sums or takes exp over a row shorter
+        # than 64 whose length is no multiple of two vectors (32 floats on AVX-512, 16 on
+        # AVX2): gcc's loop stores such a row's last floats in pieces, which the tile's vector
+        # loads then wait for (a bf16 softmax over rows of 16 or 48 ran 2.4x faster on AVX-512,
+        # of 24 1.3x; 1.5x over rows of 24 on AVX2). Elsewhere its loop is as fast or faster (a
+        # bf16 layer norm over rows of 128: 1.2x, of 100 to 1000: up to 1.15x; over rows of 16
+        # on AVX2 1.1x). The two widths' choices differ where the length is an odd multiple of
+        # 16: then the loop is rendered for each (#if FJ_VW == 16).
+        sums_or_exps = bool((tile and tile[2]) or self.vector_tiled(body)[0])
+        by_width = {w: self.vector_tiled(body, bf16=sums_or_exps and isinstance(self.rnumel, int)
+                                         and self.rnumel < 64 and self.rnumel % (2 * w) != 0)
+                    for w in (16, 8)}
+        tiles = by_width[16]
         # A loop that only sums takes tiles where it reads no memory (a later loop over a row
         # kept in a row buffer: a layer norm's variance), so that its sums are the bound. A
         # first loop over memory is bound by it: storing the summands and adding them again
@@ -1731,9 +1753,13 @@ class _Renderer:
         bf16 = any(self.k.buffer(self.k.ops[i].args[0]).dtype == torch.bfloat16 for i in loads)
         tiled = any(tiles) or bool(tile and tile[2] and (bf16 or not loads))
         if tiled:
-            self.lines.append("#if FJ_VEC_TILES")
-            self.vector_tiles(tiles, *(tile or (pragma, tail, [])), roots, fills, lo, hi,
-                              indent, sums)
+            widths = [(16, "#if FJ_VEC_TILES && FJ_VW == 16"), (8, "#elif FJ_VEC_TILES")]
+            if by_width[16] == by_width[8]:
+                widths = [(16, "#if FJ_VEC_TILES")]
+            for w, test in widths:
+                self.lines.append(test)
+                self.vector_tiles(by_width[w], *(tile or (pragma, tail, [])), roots, fills, lo, hi,
+                                  indent, sums)
             self.lines.append("#else")
         if pragma:
             self.lines.append(f"{indent}{pragma}")
@@ -1746,7 +1772,7 @@ class _Renderer:
         if tiled:
             self.lines.append("#endif")
 
-    def vector_tiled(self, body: list[int]) -> tuple[list[int], list[int], list[int]]:
+    def vector_tiled(self, body: list[int], bf16: bool = False) -> tuple[list[int], list[int], list[int]]:
         """What a vector tile computes for ``body``: its fp32 exp and sigmoid ops whose operand
         needs no other such op (none in a loop that draws random numbers), its loads from fp16
         buffers and its stores to fp16 buffers (an fp16 dropout+add 2.5x faster)."""
@@ -1760,9 +1786,12 @@ class _Renderer:
             if not inside & set(candidates):
                 tiled.append(i)
         half = [i for i in body if k.ops[i].kind in ("load", "store") and i not in self.avail
-                and i not in self.shared and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
-        loads = [i for i in half if k.ops[i].kind == "load"]
-        stores = [i for i in half if k.ops[i].kind == "store"]
+                and i not in self.shared
+                and k.buffer(k.ops[i].args[0]).dtype in (torch.float16, torch.bfloat16)]
+        loads = [i for i in half if k.ops[i].kind == "load"
+                 and (bf16 or k.buffer(k.ops[i].args[0]).dtype == torch.float16)]
+        stores = [i for i in half if k.ops[i].kind == "store"
+                  and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
         return tiled[:MAX_TILED], loads[:MAX_TILED_HALF], stores[:MAX_TILED_HALF]
 
     def vector_tiles(self, tiles: tuple[list[int], list[int], list[int]], pragma: str | None,
@@ -1844,11 +1873,12 @@ class _Renderer:
                 if start is None:
                     self.simd_copy(f"fj_hb[r - fj_v] = {self.load_ref(k.ops[i])};", ind)
                     start = "fj_hb"
+                h2f = "fj_h2f" if k.buffer(k.ops[i].args[0]).dtype == torch.float16 else "fj_bf2f"
                 if i in summing:
-                    self.lines.append(f"{ind}c{summing[i]} += fj_h2f_sum_tile({start}, {begins[i]}, "
+                    self.lines.append(f"{ind}c{summing[i]} += {h2f}_sum_tile({start}, {begins[i]}, "
                                       f"fj_ve - fj_v);")
                 else:
-                    self.lines.append(f"{ind}fj_h2f_tile({start}, {begins[i]}, fj_ve - fj_v);")
+                    self.lines.append(f"{ind}{h2f}_tile({start}, {begins[i]}, fj_ve - fj_v);")
             exp_sum = None  # the sum of the exps, which fj_exp_sub_tile also takes
             if ahead is not None:
                 top, src, _, step = self.ahead
