@@ -1753,9 +1753,11 @@ class _Renderer:
         # faster in tiles (gcc folds an omp simd sum's lanes one by one after the loop).
         loads = [i for i in body if self.k.ops[i].kind == "load" and i not in self.avail]
         bf16 = any(self.k.buffer(self.k.ops[i].args[0]).dtype == torch.bfloat16 for i in loads)
-        # So is a row of at most TILED_SUM_ROW fp32 values: a layer norm over rows of 16 ran
-        # 1.4x faster (over rows of 128 1.1x slower).
-        short = isinstance(self.rnumel, int) and self.rnumel <= TILED_SUM_ROW
+        # So is a row of at most TILED_SUM_ROW fp32 values, a whole number of vectors: a layer
+        # norm over rows of 16 ran 1.4x faster (over rows of 128 1.1x slower; over rows of 24,
+        # whose last 8 values the tile reads back through a partial vector, 2.4x slower).
+        short = (isinstance(self.rnumel, int) and self.rnumel <= TILED_SUM_ROW
+                 and self.rnumel % 16 == 0)
         tiled = any(tiles) or bool(tile and tile[2] and (bf16 or not loads or short))
         if tiled:
             widths = [(16, "#if FJ_VEC_TILES && FJ_VW == 16"), (8, "#elif FJ_VEC_TILES")]
