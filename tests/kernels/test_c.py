@@ -834,6 +834,25 @@ def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, isa, threads
     assert_close_to_eager(got, scores(a, w))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
+def test_rows_of_no_whole_number_of_vectors(tmp_path, isa, threads, monkeypatch, dtype):
+    # Softmax and log-softmax over rows of 24, 77 and 100: the max runs the whole vectors and
+    # the rest as two loops, the tiles read and write their partial last vector masked. NaN,
+    # inf and -inf rows; the plain loop's bits (sums within rounding), and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+    for n in (24, 77, 100):
+        x = (torch.randn(11, n) * 4).to(dtype)
+        x[1], x[2, 0], x[3, n - 1], x[4, n - 2] = float("-inf"), float("nan"), float("inf"), float("nan")
+        for fn, atol in ((lambda x: torch.softmax(x * 0.5, -1), 1e-30),
+                         (lambda x: torch.log_softmax(x, -1), 1e-5)):
+            got, plain, source = _tiles_and_plain(fn, (x,), monkeypatch)
+            assert scalar_form(source).count("reduction(max:") == 2, source
+            _assert_same_bits(got, plain, sums=True, atol=atol)
+            assert_close_to_eager(got, fn(x))
+
+
 def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch):
     # fp16 loads and stores converted a tile at a time (vcvtph2ps/vcvtps2ph): contiguous ones
     # in place, strided and broadcast ones through a copy; a reduction whose fp16 input is
