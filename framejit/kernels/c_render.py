@@ -326,6 +326,13 @@ static inline fj_vh fj_f2hv(fj_vf v) {
     __builtin_ia32_loadups512_mask((p), (fj_vf){0}, (unsigned short)((1u << (m)) - 1))
 #define FJ_TAIL_STORE(p, v, m) \
     __builtin_ia32_storeups512_mask((p), (v), (unsigned short)((1u << (m)) - 1))
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* ... and of m < FJ_VW halfs */
+#define FJ_TAIL_LOAD16(p, m) __builtin_ia32_loaddquhi256_mask((const short *)(p), (fj_vh){0}, \
+                                                              (unsigned short)((1u << (m)) - 1))
+#define FJ_TAIL_STORE16(p, v, m) \
+    __builtin_ia32_storedquhi256_mask((short *)(p), (v), (unsigned short)((1u << (m)) - 1))
+#endif
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__GNUC__) \
     && !defined(__clang__) && !defined(FJ_NO_VEC_TILES)
 #define FJ_VEC_TILES 1
@@ -607,6 +614,20 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
     typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
     return (fj_vf)(__builtin_convertvector((fj_vuh)w, fj_vu) << 16);
 }
+/* The last m < FJ_VW halfs at h into f: masked vector loads and stores where AVX-512 has
+   them for 16-bit lanes (scalar stores, which a vector load of f then waits for, made an fp16
+   softmax over rows of 24 1.x slower), else one at a time */
+#ifdef FJ_TAIL_LOAD16
+#define FJ_HALF_TAIL(h2f, convert, h, f, m)                                                   \
+    do {                                                                                    \
+        if ((m) > 0) FJ_TAIL_STORE((f), convert(FJ_TAIL_LOAD16((h), (m))), (m));            \
+    } while (0)
+#else
+#define FJ_HALF_TAIL(h2f, convert, h, f, m)                                                   \
+    do {                                                                                    \
+        for (int64_t fj_j = 0; fj_j < (m); fj_j++) (f)[fj_j] = h2f((h)[fj_j]);              \
+    } while (0)
+#endif
 #define FJ_HALF_TILES(h2f, vec, tile, sum_tile, convert)                                      \
     static inline fj_vf vec(const uint16_t *restrict h, float *restrict f) {               \
         fj_vh w;                                                                            \
@@ -619,8 +640,7 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
         int64_t i = 0;                                                                      \
         for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
             vec(h + i, f + i);                                                              \
-        for (; i < n; i++)                                                                  \
-            f[i] = h2f(h[i]);                                                               \
+        FJ_HALF_TAIL(h2f, convert, h + i, f + i, n - i);                                     \
     }                                                                                       \
     static inline float sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) { \
         fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0;                                   \
@@ -635,8 +655,7 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
             a0 += vec(h + i, f + i);                                                        \
         const int64_t m = n - i; /* < FJ_VW */                                              \
         if (m > 0 && m < FJ_VW) {                                                           \
-            for (int64_t j = 0; j < m; j++)                                                 \
-                f[i + j] = h2f(h[i + j]);                                                   \
+            FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                                    \
             a1 += FJ_TAIL_LOAD(f + i, m);                                                   \
         }                                                                                   \
         return fj_lanes_sum(a0, a1, a2, a3);                                                \
@@ -651,8 +670,13 @@ static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, in
         const fj_vh y = fj_f2hv(v);
         memcpy(h + i, &y, sizeof y);
     }
+#ifdef FJ_TAIL_LOAD16
+    if (i < n)
+        FJ_TAIL_STORE16(h + i, fj_f2hv(FJ_TAIL_LOAD(f + i, n - i)), n - i);
+#else
     for (; i < n; i++)
         h[i] = fj_f2h(f[i]);
+#endif
 }
 #endif
 
