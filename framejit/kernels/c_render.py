@@ -603,8 +603,8 @@ static inline uint16_t fj_f2h(float f) {
 }
 #endif
 #if FJ_VEC_TILES
-/* fp16 (bf16) -> fp32 over a tile, a vector at a time (fj_h2fv / fj_bf2fv), the tail through
-   the scalar forms: FJ_VW halfs at h converted into f, and returned (fj_h2f_vec); a tile's
+/* fp16 (bf16) -> fp32 over a tile, a vector at a time (fj_h2fv / fj_bf2fv), the tail as
+   FJ_HALF_TAIL takes it: FJ_VW halfs at h converted into f, and returned (fj_h2f_vec); a tile's
    (fj_h2f_tile); a tile's, and the sum of its values as fj_sum_tile adds them, in one pass (an
    fp16 mean's first loop: 8% faster than two passes; fj_h2f_sum_tile). A bf16 tile's full
    vector stores let its readers' vector loads forward from them: gcc's loop stored bf16 rows
@@ -614,19 +614,23 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
     typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
     return (fj_vf)(__builtin_convertvector((fj_vuh)w, fj_vu) << 16);
 }
-/* The last m < FJ_VW halfs at h into f: masked vector loads and stores where AVX-512 has
-   them for 16-bit lanes (scalar stores, which a vector load of f then waits for, made an fp16
-   softmax over rows of 24 1.x slower), else one at a time */
+/* The last 0 < m < FJ_VW halfs at h converted into f, and as a vector (zeros past m): masked
+   vector loads and stores where AVX-512 has them for 16-bit lanes (scalar stores, which a
+   vector load of f then waits for, made an fp16 softmax over rows of 24 1.2x slower), else
+   one at a time */
 #ifdef FJ_TAIL_LOAD16
 #define FJ_HALF_TAIL(h2f, convert, h, f, m)                                                   \
-    do {                                                                                    \
-        if ((m) > 0) FJ_TAIL_STORE((f), convert(FJ_TAIL_LOAD16((h), (m))), (m));            \
-    } while (0)
+    __extension__({                                                                         \
+        const fj_vf fj_y = convert(FJ_TAIL_LOAD16((h), (m)));                               \
+        FJ_TAIL_STORE((f), fj_y, (m));                                                      \
+        fj_y;                                                                               \
+    })
 #else
 #define FJ_HALF_TAIL(h2f, convert, h, f, m)                                                   \
-    do {                                                                                    \
+    __extension__({                                                                         \
         for (int64_t fj_j = 0; fj_j < (m); fj_j++) (f)[fj_j] = h2f((h)[fj_j]);              \
-    } while (0)
+        FJ_TAIL_LOAD((f), (m));                                                             \
+    })
 #endif
 #define FJ_HALF_TILES(h2f, vec, tile, sum_tile, convert)                                      \
     static inline fj_vf vec(const uint16_t *restrict h, float *restrict f) {               \
@@ -640,7 +644,7 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
         int64_t i = 0;                                                                      \
         for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
             vec(h + i, f + i);                                                              \
-        FJ_HALF_TAIL(h2f, convert, h + i, f + i, n - i);                                     \
+        if (i < n) (void)FJ_HALF_TAIL(h2f, convert, h + i, f + i, n - i);                    \
     }                                                                                       \
     static inline float sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) { \
         fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0;                                   \
@@ -654,10 +658,8 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
         for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
             a0 += vec(h + i, f + i);                                                        \
         const int64_t m = n - i; /* < FJ_VW */                                              \
-        if (m > 0 && m < FJ_VW) {                                                           \
-            FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                                    \
-            a1 += FJ_TAIL_LOAD(f + i, m);                                                   \
-        }                                                                                   \
+        if (m > 0 && m < FJ_VW)                                                             \
+            a1 += FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                              \
         return fj_lanes_sum(a0, a1, a2, a3);                                                \
     }
 FJ_HALF_TILES(fj_h2f, fj_h2f_vec, fj_h2f_tile, fj_h2f_sum_tile, fj_h2fv)
@@ -1406,15 +1408,13 @@ class _Renderer:
         several rows are taken at once (see :meth:`interleaved_rows`)."""
         return f"fj_b{i}[fj_k]" if self.interleaved else f"b{i}"
 
-    def declare_row_buffers(self, plan, indent: str, rows: int = 1) -> list[int]:
+    def declare_row_buffers(self, plan, indent: str, rows: int = 1) -> None:
         """Declares the row buffers of ``plan``; for ``rows`` rows at once (see
-        :meth:`interleaved_rows`) an array ``fj_b<i>`` of one buffer per row. Returns the ops
-        kept in them."""
+        :meth:`interleaved_rows`) an array ``fj_b<i>`` of one buffer per row."""
         length = self.buffer_length
         for i, name in self.scratch.items():
             self.lines.append(f"{indent}/* {name}'s row holds t{i} until the last loop (fj_scratch) */")
-        kept = [i for _, fill in plan for i in fill if i not in self.scratch]
-        for i in kept:
+        for i in [i for _, fill in plan for i in fill if i not in self.scratch]:
             self.buffers_declared = True
             dtype = local_type(self.k.ops[i].dtype)
             if rows == 1:
@@ -1422,7 +1422,6 @@ class _Renderer:
             else:  # each row's buffer 64-byte aligned
                 self.lines.append(f"{indent}{dtype} fj_b{i}[{rows}][{-(-length // 16) * 16}] "
                                   f"__attribute__((aligned(64)));")
-        return kept
 
     def emit(self, indices, indent: str) -> None:
         for i in indices:
@@ -1773,10 +1772,11 @@ class _Renderer:
         # bf16 layer norm over rows of 128: 1.2x, of 100 to 1000: up to 1.15x; over rows of 16
         # on AVX2 1.1x). The two widths' choices differ where the length is an odd multiple of
         # 16: then the loop is rendered for each (#if FJ_VW == 16).
-        sums_or_exps = bool((tile and tile[2]) or self.vector_tiled(body)[0])
-        by_width = {w: self.vector_tiled(body, bf16=sums_or_exps and isinstance(self.rnumel, int)
-                                         and self.rnumel < 64 and self.rnumel % (2 * w) != 0)
-                    for w in (16, 8)}
+        plain = self.vector_tiled(body)
+        short_bf16 = bool((tile and tile[2]) or plain[0]) and isinstance(self.rnumel, int) \
+            and self.rnumel < 64
+        by_width = {w: self.vector_tiled(body, bf16=True) if short_bf16 and self.rnumel % (2 * w)
+                    else plain for w in (16, 8)}
         tiles = by_width[16]
         # A loop that only sums takes tiles where it reads no memory (a later loop over a row
         # kept in a row buffer: a layer norm's variance), so that its sums are the bound. A
@@ -2056,9 +2056,8 @@ class _Renderer:
             self.lines.append(f"{ind}fj_rand_fill({key}, {point} + fj_t, {point} + fj_te, fj_u_{seed}_{stream});")
         return "fj_t", "fj_te", ind, True
 
-    def row(self, indent: str, split: bool | str) -> None:
-        """Everything one row ``x`` computes."""
-        plan, steps = self.row_steps(split)
+    def row(self, indent: str, plan, steps) -> None:
+        """Everything one row ``x`` computes (``plan`` and ``steps``: :meth:`row_steps`)."""
         self.declare_row_buffers(plan, indent)
         for step in steps:
             step(indent)
@@ -2101,12 +2100,13 @@ class _Renderer:
             self.store_loop(stores, indent, split)
             self.avail, self.fill = set(), []
 
-    def rows_at_once(self, split: bool | str, plan) -> int:
-        """How many rows :meth:`interleaved_rows` takes a step at once: 1 (one row after the
-        other) unless the rows are short reductions, each a chain of dependent steps (a layer
-        norm: sum, mean, the variance's sum, rsqrt) whose latency bounds the row."""
+    def rows_at_once(self, plan) -> int:
+        """How many rows :meth:`interleaved_rows` takes a step at once (rows not cut in parts;
+        ``plan``: their row buffers): 1 (one row after the other) unless the rows are short
+        reductions, each a chain of dependent steps (a layer norm: sum, mean, the variance's
+        sum, rsqrt) whose latency bounds the row."""
         k = self.k
-        if (split or self.ahead is not None or not k.is_reduction
+        if (self.ahead is not None or not k.is_reduction
                 or not isinstance(self.rnumel, int) or self.rnumel <= 0
                 or (isinstance(self.xnumel, int) and self.xnumel < 2)):
             return 1
@@ -2122,13 +2122,13 @@ class _Renderer:
         row_bytes += 4 * self.rnumel * len(buffers)
         return max(1, min(INTERLEAVE_ROWS, INTERLEAVE_BYTES // max(row_bytes, 1)))
 
-    def interleaved_rows(self, indent: str, lo: str, hi: str, step: int) -> None:
+    def interleaved_rows(self, indent: str, lo: str, hi: str, step: int, plan, steps) -> None:
         """Rows ``x`` in [lo, hi), ``step`` rows at a time, each step of a row (see
         :meth:`row_steps`) taken for those rows in turn before the next step: the rows' chains
         of dependent operations overlap in the processor instead of running one after the
         other. The same operations on the same values as row by row (the same bits). A per-row
-        value that a later step reads is kept for each of the rows in an array ``fj_c<i>``."""
-        plan, steps = self.row_steps(False)
+        value that a later step reads is kept for each of the rows in an array ``fj_c<i>``.
+        ``plan`` and ``steps``: :meth:`row_steps`."""
         inner, body = indent + "    ", indent + "        "
         texts = []
         self.interleaved = True
@@ -2396,7 +2396,7 @@ class _Renderer:
             self.ahead = self.row_ahead()
             if self.ahead and not split:
                 self.ahead = None  # (rows_at_once takes one row at a time with it)
-                if self.rows_at_once(split, self.row_steps(split)[0]) < AHEAD_ROWS:
+                if self.rows_at_once(self.row_steps(split)[0]) < AHEAD_ROWS:
                     self.ahead = self.row_ahead()
             carried = ""
             if self.ahead:
@@ -2418,14 +2418,14 @@ class _Renderer:
         emitted)."""
         self.hoisted = set()
         hi = hi or str(self.xnumel)
-        if not split:
-            step = self.rows_at_once(split, self.row_steps(split)[0])
-            if step > 1:
-                self.interleaved_rows(indent, lo, hi, step)
-                return
+        plan, steps = self.row_steps(split)
+        step = 1 if split else self.rows_at_once(plan)
+        if step > 1:
+            self.interleaved_rows(indent, lo, hi, step, plan, steps)
+            return
         self.lines.append(f"{indent}for (int64_t x = {lo}; x < {hi}; x++) {{")
         self.row_offsets(indent + "    ")
-        self.row(indent + "    ", split)
+        self.row(indent + "    ", plan, steps)
         self.lines.append(f"{indent}}}")
 
     def dynamic_blocks(self, indent: str, head: str) -> None:
