@@ -17,10 +17,15 @@ Real tensors become examples through fx_ir's one real→meta conversion (:func:`
 
 from __future__ import annotations
 
+import math
+import re
+import warnings
+
 import torch
 
 from ..errors import Unsupported
 from ..fx_ir import (
+    VIEW_NAMES,
     call_on_fake,
     clear_meta_memo,  # noqa: F401  (the one memo's clear, for framejit.reset())
     cpu_sdpa_choice,
@@ -40,6 +45,7 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
     """The example result of ``target(*args, **kwargs)`` (``args`` are values, ``meta_args``
     their examples, ``convert(v, fn)`` maps a value's tensors through ``fn``). ``run_example``,
     when given, computes it instead (on fake tensors)."""
+    made_on = meta_kwargs.get("device")  # a factory's device, before its example moves to meta
     if "device" in meta_kwargs or (not devices and kind == "call_function" and _is_factory(target)):
         # A factory function, or a device argument: build its example on meta. Never run it for
         # real: that would allocate, and a random one would move the user's random stream.
@@ -92,6 +98,9 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
             "this usually means the call also fails in plain PyTorch; run the function without "
             "framejit to see the error",
         ) from e
+    if not _autocast_applies(devices):
+        _check_cpu_takes(kind, meta_target, meta_args, meta_kwargs, result,
+                         [*devices, made_on] if made_on is not None else devices)
     return result
 
 
@@ -258,6 +267,157 @@ def _check_dtypes_agree(kind, target, meta_args) -> None:
         raise Unsupported(f"{readable_call(kind, target)} of tensors of different dtypes ({dtypes}), "
                           "which raises RuntimeError in PyTorch",
                           "convert the operands to one dtype")
+
+
+def _out_of_range(x, dtype: torch.dtype) -> bool:
+    """Whether PyTorch refuses to convert the Python number ``x`` to ``dtype`` ("value cannot
+    be converted to type int8_t without overflow"): NaN, infinities and numbers beyond the range
+    of an integer dtype; finite numbers beyond the largest of a floating one."""
+    if dtype.is_complex or dtype in (torch.bool, torch.float64):
+        return False
+    if dtype.is_floating_point:
+        return math.isfinite(x) and abs(x) > torch.finfo(dtype).max
+    try:
+        info = torch.iinfo(dtype)
+    except TypeError:
+        return False  # a quantized or bit dtype
+    return not math.isfinite(x) or not info.min <= x <= info.max
+
+
+#: dtypes every CPU kernel takes; an operation on other dtypes is tried on real tensors once.
+_WIDE_DTYPES = frozenset({torch.float32, torch.float64, torch.complex64, torch.complex128})
+#: PyTorch's errors for a dtype a kernel does not take ("not implemented for 'Int'", "std and
+#: var only support floating point and complex dtypes", "Boolean inputs not supported"), and for a
+#: number a dtype cannot hold (the first of ``_NUMBER_ERROR``'s).
+_NUMBER_ERROR = re.compile(r"cannot be converted to type|\b(from|to)( - 1)? is out of bounds for")
+_DTYPE_ERROR = re.compile(_NUMBER_ERROR.pattern + r"|not implemented for '|dtype|\b[Bb]ool|integral"
+                          r"|floating point")
+#: signature of a call -> the error PyTorch's CPU kernel raised for it, or None.
+_cpu_checks: dict = {}
+
+
+def _check_cpu_takes(kind, target, meta_args, meta_kwargs, result, devices) -> None:
+    """Raise Unsupported for an operation PyTorch's CPU kernel refuses whatever the tensors
+    hold, although its meta kernel takes it: a dtype it has no kernel for
+    (``int_tensor.softmax(0)``, ``bool_tensor.abs()``), or a Python number the dtype cannot hold
+    (``int8_tensor.clamp(-100, 200)``, ``half_tensor.fill_(1e6)``). The graph would raise only
+    when it runs, after the frame's side effects were put off (capture/rerun.py); as a graph
+    break the operation runs as plain Python and raises as in eager.
+
+    Only calls on CPU tensors of other dtypes than float32/64, or with a number beyond a dtype's
+    range, are tried: once per signature, on real tensors of one element (:func:`_cpu_error`).
+    """
+    if kind not in ("call_function", "call_method") or name_of(target) in VIEW_NAMES \
+            or any(str(d) != "cpu" for d in devices):
+        return
+    dtypes = set()
+    for v in (*meta_args, *meta_kwargs.values(), result):
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor):
+                dtypes.add(t.dtype)
+    if isinstance(meta_kwargs.get("dtype"), torch.dtype):
+        dtypes.add(meta_kwargs["dtype"])
+    numbers = [a for a in (*meta_args, *meta_kwargs.values())
+               if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    too_big = next(((x, d) for x in numbers for d in dtypes if _out_of_range(x, d)), None)
+    if too_big is None and dtypes <= _WIDE_DTYPES:
+        return
+    try:
+        key = (kind, target, _signature(meta_args), _signature(meta_kwargs))
+    except _Symbolic:
+        return  # a symbolic size or number: a real run would fix its value
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _cpu_checks:
+        error = _cpu_checks[key]
+    else:
+        error = _cpu_error(kind, target, meta_args, meta_kwargs)
+        if key is not None:
+            if len(_cpu_checks) >= 10_000:
+                _cpu_checks.clear()
+            _cpu_checks[key] = error
+    if error is None or not _DTYPE_ERROR.search(str(error)):
+        return  # runs, or fails for a reason of its tensors' one-element sizes
+    if too_big is not None and _NUMBER_ERROR.search(str(error)):
+        number, dtype = too_big
+        raise Unsupported(
+            f"{readable_call(kind, target)} with the number {number!r}, which "
+            f"{_dtype_name(dtype)} cannot hold: PyTorch raises {type(error).__name__} "
+            f"({_first_line(error)})",
+            "use a number within the range of the tensor's dtype, or convert the tensor to a "
+            "wider dtype first")
+    names = ", ".join(sorted(_dtype_name(d) for d in dtypes))
+    raise Unsupported(
+        f"{readable_call(kind, target)} on {names} tensors, which PyTorch's CPU kernel does not "
+        f"take: it raises {type(error).__name__} ({_first_line(error)})",
+        "convert the tensors to a dtype the operation takes (say `.float()`) first")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class _Symbolic(Exception):
+    pass
+
+
+def _signature(v):
+    """What a one-element run of a call depends on: dtypes and (cut) sizes of its tensors, and
+    its other arguments (raises _Symbolic for a symbolic number)."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise _Symbolic
+    if isinstance(v, torch.Tensor):
+        return (torch.Tensor, v.dtype, tuple(_small_sizes(v)))
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_signature(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple((k, _signature(x)) for k, x in v.items()))
+    return (type(v), v)
+
+
+def _small_sizes(t: torch.Tensor) -> list:
+    return [d if isinstance(d, int) and d <= 1 else 1 for d in t.shape]
+
+
+def _cpu_error(kind, target, meta_args, meta_kwargs):
+    """The error ``target`` raises on real CPU tensors of the examples' dtypes with every size
+    cut to at most 1 (None if it runs, or if that call would make a large tensor)."""
+    def one_element(v, device):
+        if isinstance(v, (tuple, list)):
+            return type(v)(one_element(x, device) for x in v)
+        if isinstance(v, torch.Tensor):
+            return torch.zeros(_small_sizes(v), dtype=v.dtype, device=device)
+        return v
+
+    def call(device):
+        args = [one_element(a, device) for a in meta_args]
+        kwargs = {k: one_element(v, device) for k, v in meta_kwargs.items()}
+        if "device" in kwargs:
+            kwargs["device"] = device
+        if kind == "call_method":
+            return getattr(args[0], target)(*args[1:], **kwargs)
+        return target(*args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sizes = call("meta")  # a factory keeps its sizes: never allocate a large tensor
+        except Exception:
+            return None
+        found = []
+        map_aggregate(sizes, lambda v: found.append(v.numel()) if isinstance(v, torch.Tensor) else v)
+        if sum(found) > 4096:
+            return None
+        rng = torch.random.get_rng_state()  # a random factory must not move the user's stream
+        try:
+            call("cpu")
+        except Exception as e:
+            return e.with_traceback(None)  # kept in the memo: no frames held
+        finally:
+            torch.random.set_rng_state(rng)
+    return None
 
 
 def _is_factory(target) -> bool:
