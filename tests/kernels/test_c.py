@@ -400,7 +400,8 @@ def test_rows_keep_costly_values_in_a_row_buffer_or_their_output_row(threads, n)
     assert scalar_form(launcher.source).count("in2[") == 1, launcher.source
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
 def test_short_rows_are_reduced_several_at_a_time_with_the_one_row_bits(threads, monkeypatch, dtype):
     # Reductions over short rows take each step (a sum, then the variance's sum, then the
     # stores) for several rows in turn (interleaved_rows): a layer norm, a log-softmax, a
@@ -433,6 +434,10 @@ def test_short_rows_are_reduced_several_at_a_time_with_the_one_row_bits(threads,
     # A softmax keeps its exp in one row buffer per row.
     _, backend = run_kernels(lambda x: torch.softmax(x * 0.5, -1), torch.randn(16, 100).bfloat16())
     assert re.search(r"float fj_b\d+\[[2-8]\]\[112\] __attribute__", backend.kernels[0].source)
+    # An fp16 layer norm keeps two row buffers per row (its converted row, the centred values).
+    x = torch.randn(16, 24).half()
+    _, backend = run_kernels(lambda x: torch.nn.functional.layer_norm(x, (24,)), x)
+    assert len(re.findall(r"float fj_b\d+\[8\]\[32\] __attribute__", backend.kernels[0].source)) == 2
 
 
 def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
