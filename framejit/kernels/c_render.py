@@ -445,6 +445,35 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
         a1 += FJ_TAIL_LOAD(e + i, m);
     return fj_lanes_sum(a0, a1, a2, a3);
 }
+/* fj_exp_tile, then fj_sum_tile, over e[0..n) in one pass: the same values, added in the same
+   order (a log-softmax's sum of exps: the tail's masked store read back by a masked load does
+   not forward) */
+static inline fj_vf fj_expv_at(float *restrict e) {
+    fj_vf v;
+    memcpy(&v, e, sizeof v);
+    v = fj_expv(v);
+    memcpy(e, &v, sizeof v);
+    return v;
+}
+static inline float fj_exp_sum_tile(float *restrict e, int64_t n) {
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
+    int64_t i = 0;
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        a0 += fj_expv_at(e + i);
+        a1 += fj_expv_at(e + i + FJ_VW);
+        a2 += fj_expv_at(e + i + 2 * FJ_VW);
+        a3 += fj_expv_at(e + i + 3 * FJ_VW);
+    }
+    for (; i + FJ_VW <= n; i += FJ_VW)
+        a0 += fj_expv_at(e + i);
+    const int64_t m = n - i; /* < FJ_VW */
+    if (m > 0 && m < FJ_VW) {
+        v = fj_expv(FJ_TAIL_LOAD(e + i, m));
+        FJ_TAIL_STORE(e + i, v, m);
+        a1 += (fj_vf)((fj_vi)v & (FJ_LANE_IDS < (int)m));  /* the stored lanes, zeros */
+    }
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
 /* e[i] = exp(x[i] - c) for i < n, the values of fj_exp_tile over the differences, and their
    sum as fj_sum_tile adds them; and the max of next[0..n) into *m, NaNs skipped and flagged
    in *nan, as a max reduction's loop takes it (a softmax's next row: see the renderer's
@@ -1933,6 +1962,7 @@ class _Renderer:
                 self.lines.append(f"{ind}    fj_ahead ? {here} + {step} : {here}, &fj_nm, &fj_nn);")
                 read[ahead] = at[ahead]
             others = [i for i in tiled if i != ahead]
+            fused_sums = set()
             if others:
                 self.lines.append(f"{ind}#pragma omp simd")
                 self.lines.append(f"{ind}for (int64_t r = fj_v; r < fj_ve; r++) {{")
@@ -1942,7 +1972,16 @@ class _Renderer:
                     self.lines.append(f"{inner}{at[i]} = t{k.ops[i].args[0]};")
                 self.lines.append(f"{ind}}}")
                 for i in others:
-                    self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, fj_ve - fj_v);")
+                    # exp's values summed as they are: one pass (fj_exp_sum_tile).
+                    fused = next((j for j, src in tile_sums if src == i and summed[j] == begins[i]
+                                  and j not in summing.values()), None) \
+                        if k.ops[i].kind == "exp" else None
+                    if fused is not None:
+                        self.lines.append(f"{ind}c{fused} += fj_exp_sum_tile({begins[i]}, fj_ve - fj_v);")
+                        fused_sums.add(fused)
+                    else:
+                        self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, "
+                                          "fj_ve - fj_v);")
                     read[i] = at[i]
             rest = self.closure(roots, self.avail | set(tiled))
             # The loop proper, unless the steps above left it nothing to do (a mean's loop whose
@@ -1966,7 +2005,7 @@ class _Renderer:
                 self.lines.extend(f"{inner}{line}" for line in tail)
                 self.lines.append(f"{ind}}}")
             for i, _ in tile_sums:
-                if i not in summing.values() and i != exp_sum:
+                if i not in summing.values() and i != exp_sum and i not in fused_sums:
                     self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
             for i in stores:
                 name = k.ops[i].args[0]
