@@ -1601,13 +1601,21 @@ class _Renderer:
         # A max/min over a static row that is no whole number of vectors: the whole vectors,
         # then the rest, each a loop of its own (the same result: a max is exact). In one
         # loop, gcc's scalar remainder updated the reduction's lanes in memory, which its
-        # vector code then read back: a softmax over rows of 77 ran 1.3x slower.
-        pieces = [(lo, hi)]
+        # vector code then read back: a softmax over rows of 77 ran 1.3x slower. The rest as a
+        # `simd` loop of its own still does, so it is a plain loop (fp32 softmax and
+        # log-softmax over rows of 77-197 1.04-1.18x faster; bf16 over rows of 77 1.12x), but
+        # for a few 16-bit values (bf16 log-softmax over rows of 197: 1.05x slower plain).
+        pieces = [(lo, hi, pragma_summing(sums))]
         if (extrema == group and simd and isinstance(self.rnumel, int) and self.rnumel > 16
                 and self.rnumel % 16 and (lo, hi) == ("0", str(self.rnumel)) and not ahead):
-            pieces = [("0", str(self.rnumel // 16 * 16)), (str(self.rnumel // 16 * 16), hi)]
-        for a, b in pieces:
-            self.row_loop(pragma_summing(sums), roots, body, a, b, ind_t + "    " * ahead,
+            whole = str(self.rnumel // 16 * 16)
+            halfs = any(b.dtype.itemsize == 2 and any(b.strides[d] != 0 for d in self.rdims)
+                        for b in k.inputs)
+            plain = self.rnumel % 16 >= 8 or not halfs
+            pieces = [("0", whole, pragma_summing(sums)),
+                      (whole, hi, None if plain else pragma_summing(sums))]
+        for a, b, pragma in pieces:
+            self.row_loop(pragma, roots, body, a, b, ind_t + "    " * ahead,
                           [line for i in group for line in steps[i]], fills=self.fill,
                           sums=bool(sums), tile=tile)
         if ahead:
