@@ -91,20 +91,22 @@ def load_global_value(tx, name: str):
     raise Unsupported(f"name {name!r} is not defined (NameError)")
 
 
-_library_globals: dict[int, bool] = {}
+_library_globals: dict[int, tuple] = {}  # id(globals) -> (library?, the dict if so)
 
 
 def _is_library_globals(g: dict) -> bool:
     key = id(g)
     known = _library_globals.get(key)
-    if known is None:
+    # A library's dict is kept with its answer: a user's dict made later at the address of a
+    # freed one must not be taken for it (its globals would go unguarded).
+    if known is None or (known[0] and known[1] is not g):
         import sys
 
         from ..values.builder import is_library_module
         module = sys.modules.get(g.get("__name__", ""))
-        known = module is not None and vars(module) is g and is_library_module(module)
-        _library_globals[key] = known
-    return known
+        library = module is not None and vars(module) is g and is_library_module(module)
+        known = _library_globals[key] = (library, g if library else None)
+    return known[0]
 
 
 @handler("STORE_GLOBAL")

@@ -14,6 +14,7 @@ import inspect
 import math
 import operator
 import os
+import sys
 import sysconfig
 import types
 import weakref
@@ -23,7 +24,7 @@ from torch import nn
 
 from ...errors import Unsupported
 from .. import guards as G
-from ..sources import ItemSource, Source
+from ..sources import ItemSource, ObjectSource, Source
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import Value
 from .builtins import BuiltinValue, is_known_callable
@@ -69,10 +70,15 @@ _library_files: dict[str, bool] = {}
 
 
 def is_library_module(module: types.ModuleType) -> bool:
-    """Modules from the standard library or installed packages: their attributes are not guarded."""
+    """Modules from the standard library or installed packages: their attributes are not guarded.
+    A module without a file is one only if it is built into the interpreter (sys, builtins):
+    ``__main__`` has none in the REPL and under ``python -c``, nor has a namespace package or
+    a module made at run time, whose globals the user changes (they were taken as fixed, and a
+    function reading ``scale`` kept its first value)."""
     f = getattr(module, "__file__", None)
     if f is None:
-        return True
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        return module.__name__ in sys.builtin_module_names or origin in ("built-in", "frozen")
     known = _library_files.get(f)
     if known is None:  # realpath is a system call per path component: once per file
         known = _library_files[f] = os.path.realpath(f).startswith(_LIBRARY_ROOTS)
@@ -284,7 +290,10 @@ def wrap_sourceless(tx, obj) -> Value:
     if is_backend_flags(obj):
         return BackendFlagsValue(obj)
     if isinstance(obj, types.ModuleType):
-        return PythonModuleValue(obj, None, trusted=True)
+        # (`import config` in the function: the user's module's attributes are guarded)
+        if is_library_module(obj):
+            return PythonModuleValue(obj, None, trusted=True)
+        return PythonModuleValue(obj, ObjectSource(obj), trusted=False)
     if isinstance(obj, enum.Enum):
         return ConstantValue(obj)
     if isinstance(obj, type) and not (is_torch_callable(obj) or obj in _BUILTIN_CALLABLES or is_known_callable(obj)):
