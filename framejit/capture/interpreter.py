@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dis
 import linecache
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -19,9 +20,9 @@ from bytecode import Bytecode, Instr, Label
 
 from ..errors import SourceLocation, Unsupported
 from . import compat, decoding
-from .sources import ClosureCellSource, LocalSource
+from .sources import AttrSource, ClosureCellSource, ItemSource, LocalSource
 from .values.base import Value
-from .values.builder import wrap, wrap_sourceless
+from .values.builder import _is_constant, wrap, wrap_sourceless
 from .values.constants import NONE, ConstantValue, const
 from .values.containers import TupleValue
 from .values.exceptions import PythonRaise
@@ -365,22 +366,24 @@ class Translator:
                 src = ClosureCellSource(fn_source, i, var) if fn_source is not None else None
                 closure.append(RealCell(cell, src))
         return self.inline_code(fn.__code__, fn.__globals__, args, kwargs, defaults=fn.__defaults__,
-                                kwdefaults=fn.__kwdefaults__, closure=closure, name=fn.__qualname__)
+                                kwdefaults=fn.__kwdefaults__, closure=closure, name=fn.__qualname__,
+                                defaults_source=_defaults_source(fn, fn_source))
 
     def inline_code(self, code, f_globals, args, kwargs, *, defaults=None, kwdefaults=None,
-                    closure=None, name=None) -> Value:
+                    closure=None, name=None, defaults_source=None) -> Value:
         if code.co_flags & compat.CO_GENERATOR_LIKE:
             # A generator's body runs lazily, one item per next() (values/generators.py).
             from .values.generators import inline_generator
             return inline_generator(self, code, f_globals, args, kwargs, defaults=defaults,
-                                    kwdefaults=kwdefaults, closure=closure, name=name)
+                                    kwdefaults=kwdefaults, closure=closure, name=name,
+                                    defaults_source=defaults_source)
         if self.depth >= self.output.options.max_inline_depth:
             raise Unsupported(f"calls nested more than {self.output.options.max_inline_depth} deep (recursion?)")
         child = Translator(self.output, code, f_globals, self.f_builtins if f_globals is self.f_globals
                            else f_globals.get("__builtins__", self.f_builtins), parent=self)
         if isinstance(child.f_builtins, types.ModuleType):
             child.f_builtins = vars(child.f_builtins)
-        bind_arguments(self, child, code, args, kwargs, defaults, kwdefaults)
+        bind_arguments(self, child, code, args, kwargs, defaults, kwdefaults, defaults_source)
         for cell_name, cell in zip(code.co_freevars, closure or ()):
             child.cells[cell_name] = cell
         try:
@@ -414,8 +417,35 @@ def _op_symbol(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
-def bind_arguments(caller: Translator, child: Translator, code, args, kwargs, defaults, kwdefaults):
-    """Bind symbolic arguments to ``code``'s parameters, like a Python call does."""
+def _defaults_source(fn, fn_source):
+    """Where a user function's default values are read from (``f.__defaults__``), so that
+    those a caller can change (a dict, a list, an object) are guarded: ``def helper(x,
+    cfg=CFG)`` kept ``CFG["scale"]`` as it was when captured. None for a library's function,
+    whose defaults are taken as fixed like its module's globals."""
+    from .sources import ObjectSource
+    from .values.builder import is_library_module
+
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if module is not None and is_library_module(module):
+        return None
+    return fn_source if fn_source is not None else ObjectSource(fn)
+
+
+def _default_value(caller: Translator, value, source):
+    """A parameter's default: a value made in the frame (a nested function's), a constant, or
+    an object read from ``source`` with its guards."""
+    if isinstance(value, Value):
+        return value  # one object, shared by the calls, as Python shares it
+    if source is None or _is_constant(value):
+        return wrap_sourceless(caller, value)
+    return wrap(caller, value, source)
+
+
+def bind_arguments(caller: Translator, child: Translator, code, args, kwargs, defaults, kwdefaults,
+                   defaults_source=None):
+    """Bind symbolic arguments to ``code``'s parameters, like a Python call does. ``defaults``
+    and ``kwdefaults`` hold values or real objects; real ones that a caller can change are read
+    from ``defaults_source`` (the function: its ``__defaults__`` and ``__kwdefaults__``)."""
     nargs = code.co_argcount
     nkw = code.co_kwonlyargcount
     names = code.co_varnames
@@ -449,10 +479,13 @@ def bind_arguments(caller: Translator, child: Translator, code, args, kwargs, de
         first_default = nargs - len(defaults)
         for i in range(first_default, nargs):
             if params[i] not in bound:
-                bound[params[i]] = wrap_sourceless(caller, defaults[i - first_default])
+                j = i - first_default
+                src = defaults_source and ItemSource(AttrSource(defaults_source, "__defaults__"), j)
+                bound[params[i]] = _default_value(caller, defaults[j], src)
     for k in kwonly:
         if k not in bound and kwdefaults and k in kwdefaults:
-            bound[k] = wrap_sourceless(caller, kwdefaults[k])
+            src = defaults_source and ItemSource(AttrSource(defaults_source, "__kwdefaults__"), k)
+            bound[k] = _default_value(caller, kwdefaults[k], src)
     missing = [p for p in params + kwonly if p not in bound]
     if missing:
         raise Unsupported(f"{fname}() missing required arguments {missing}")

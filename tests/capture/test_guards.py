@@ -437,3 +437,55 @@ def test_self_attention_is_one_graph(stats):
     assert_close_to_eager(out, expected)
     assert (stats.graphs, stats.graph_breaks, stats.eager_frames) == (1, 0, 0)
 
+
+
+DEFAULT_CFG = {"scale": 2.0}
+DEFAULT_LIST = [2.0]
+
+
+class _Settings:
+    scale = 2.0
+
+
+DEFAULT_OBJ = _Settings()
+
+
+def _helper_with_defaults(x, cfg=DEFAULT_CFG, lst=DEFAULT_LIST, *, obj=DEFAULT_OBJ):
+    return x * cfg["scale"] + lst[0] + obj.scale
+
+
+def _calls_helper_with_defaults(x):
+    return _helper_with_defaults(x)
+
+
+def _nested_function_with_a_default(x):
+    def inner(y, cfg=DEFAULT_CFG):
+        return y * cfg["scale"]
+    return inner(x) + inner(x, {"scale": 1.0})
+
+
+@pytest.mark.parametrize("fn", [_calls_helper_with_defaults, _nested_function_with_a_default])
+def test_mutable_defaults_of_called_functions_are_guarded(fn, stats):
+    # A dict, a list and an object given as default values to a function the compiled one
+    # calls (or defines): their contents were taken as fixed when captured, so changing
+    # DEFAULT_CFG["scale"] afterwards was not seen (wrong answers).
+    compiled = framejit.compile(fn)
+    x = torch.ones(2)
+    try:
+        for scale, first, attr in ((2.0, 2.0, 2.0), (3.0, 5.0, 7.0), (3.0, 5.0, 7.0)):
+            DEFAULT_CFG["scale"], DEFAULT_LIST[0], DEFAULT_OBJ.scale = scale, first, attr
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        DEFAULT_CFG["scale"], DEFAULT_LIST[0], DEFAULT_OBJ.scale = 2.0, 2.0, 2.0
+    assert stats.graphs == 2 and stats.recompiles == 1
+
+
+def test_a_nested_function_s_default_made_in_the_frame(stats):
+    def f(x):
+        def inner(y, w=x * 2, *, bias=x + 1):
+            return y * w + bias
+        return inner(x)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))
+    assert stats.graphs == 1

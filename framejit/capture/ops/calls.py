@@ -59,13 +59,14 @@ def make_function(tx, inst):
     closure = tx.pop().items if flags & 0x08 else None
     if flags & 0x04:
         tx.pop()  # annotations
+    # The defaults stay values (a global dict keeps its source and guards), shared by the calls.
     kwdefaults = None
     if flags & 0x02:
-        kwdefaults = {k: v.as_constant() for k, v in tx.pop().items.items()}
+        kwdefaults = dict(tx.pop().items)
     defaults = None
     if flags & 0x01:
         d = tx.pop()
-        defaults = tuple(x.as_constant() for x in d.items) if isinstance(d, TupleValue) else d.as_constant()
+        defaults = tuple(d.items) if isinstance(d, TupleValue) else d.as_constant()
     tx.push(NestedFunctionValue(code, tx.f_globals, defaults, kwdefaults, closure,
                                 getattr(code, "co_qualname", code.co_name)))
 

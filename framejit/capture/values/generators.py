@@ -30,7 +30,7 @@ class YieldSignal(Exception):
 
 
 def inline_generator(tx, code, f_globals, args, kwargs, *, defaults=None, kwdefaults=None,
-                     closure=None, name=None) -> Value:
+                     closure=None, name=None, defaults_source=None) -> Value:
     """Calling a generator function: bind the arguments now (errors in the call happen at the
     call, as in Python) and return the suspended generator; its body runs when iterated."""
     from ..interpreter import Translator, bind_arguments
@@ -48,7 +48,7 @@ def inline_generator(tx, code, f_globals, args, kwargs, *, defaults=None, kwdefa
     frame = Translator(tx.output, code, f_globals, builtins, parent=tx)
     if isinstance(frame.f_builtins, types.ModuleType):
         frame.f_builtins = vars(frame.f_builtins)
-    bind_arguments(tx, frame, code, args, kwargs, defaults, kwdefaults)
+    bind_arguments(tx, frame, code, args, kwargs, defaults, kwdefaults, defaults_source)
     for cell_name, cell in zip(code.co_freevars, closure or ()):
         frame.cells[cell_name] = cell
     gen = GeneratorValue(frame, name)
