@@ -359,6 +359,7 @@ class Translator:
         unwrapped = unwrap_torch_disabled(fn)
         if unwrapped is not fn:
             fn, fn_source = unwrapped, None
+        fn_source = _function_source(fn, fn_source)
         closure = None
         if fn.__closure__:
             closure = []
@@ -367,7 +368,7 @@ class Translator:
                 closure.append(RealCell(cell, src))
         return self.inline_code(fn.__code__, fn.__globals__, args, kwargs, defaults=fn.__defaults__,
                                 kwdefaults=fn.__kwdefaults__, closure=closure, name=fn.__qualname__,
-                                defaults_source=_defaults_source(fn, fn_source))
+                                defaults_source=fn_source)
 
     def inline_code(self, code, f_globals, args, kwargs, *, defaults=None, kwdefaults=None,
                     closure=None, name=None, defaults_source=None) -> Value:
@@ -417,18 +418,22 @@ def _op_symbol(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
-def _defaults_source(fn, fn_source):
-    """Where a user function's default values are read from (``f.__defaults__``), so that
-    those a caller can change (a dict, a list, an object) are guarded: ``def helper(x,
-    cfg=CFG)`` kept ``CFG["scale"]`` as it was when captured. None for a library's function,
-    whose defaults are taken as fixed like its module's globals."""
+def _function_source(fn, fn_source):
+    """Where a called user function is read from, for its closure cells and default values
+    (``f.__defaults__``), so that those a caller can change (a dict, a list, an object) are
+    guarded: ``def helper(x, cfg=CFG)`` kept ``CFG["scale"]`` as it was when captured, and so
+    did a method's decorator closing over ``cfg``. The function itself where it was reached
+    without a path (a method looked up on an object). None for a library's function, whose
+    closures and defaults are taken as fixed like its module's globals."""
+    if fn_source is not None:
+        return fn_source
     from .sources import ObjectSource
     from .values.builder import is_library_module
 
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     if module is not None and is_library_module(module):
         return None
-    return fn_source if fn_source is not None else ObjectSource(fn)
+    return ObjectSource(fn)
 
 
 def _default_value(caller: Translator, value, source):

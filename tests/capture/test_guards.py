@@ -489,3 +489,44 @@ def test_a_nested_function_s_default_made_in_the_frame(stats):
     x = torch.randn(3)
     torch.testing.assert_close(framejit.compile(f, fullgraph=True)(x), f(x))
     assert stats.graphs == 1
+
+
+def _scaled_by(cfg):
+    def decorate(fn):
+        def inner(self, x):
+            return fn(self, x) * cfg["k"]
+        return inner
+    return decorate
+
+
+CLOSED_CFG = {"k": 2.0}
+
+
+class _Decorated:
+    @_scaled_by(CLOSED_CFG)
+    def run(self, x):
+        return x + 1
+
+
+DECORATED = _Decorated()
+
+
+class _CallsDecorated(nn.Module):
+    def forward(self, x):
+        return DECORATED.run(x)
+
+
+@pytest.mark.parametrize("as_module", [False, True], ids=["function", "module"])
+def test_closure_cells_of_a_method_are_guarded(as_module, stats):
+    # A method looked up on an object is called without a path to it; its decorator's closure
+    # (cfg) was taken as fixed, so changing CLOSED_CFG["k"] afterwards was not seen.
+    fn = _CallsDecorated() if as_module else (lambda x: DECORATED.run(x))
+    compiled = framejit.compile(fn)
+    x = torch.ones(2)
+    try:
+        for k in (2.0, 5.0, 5.0):
+            CLOSED_CFG["k"] = k
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        CLOSED_CFG["k"] = 2.0
+    assert stats.recompiles == 1
