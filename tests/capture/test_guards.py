@@ -530,3 +530,29 @@ def test_closure_cells_of_a_method_are_guarded(as_module, stats):
     finally:
         CLOSED_CFG["k"] = 2.0
     assert stats.recompiles == 1
+
+
+class _BaseWithTable:
+    TABLE = {"k": 2.0}
+
+
+class _ReadsTableThroughSuper(_BaseWithTable):
+    def run(self, x):
+        return x * super().TABLE["k"]
+
+
+def test_a_class_attribute_read_through_super_is_guarded(stats):
+    obj = _ReadsTableThroughSuper()
+
+    def f(x):
+        return obj.run(x)
+
+    compiled = framejit.compile(f)
+    x = torch.ones(2)
+    try:
+        for k in (2.0, 4.0, 4.0):
+            _BaseWithTable.TABLE["k"] = k
+            torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        _BaseWithTable.TABLE["k"] = 2.0
+    assert stats.recompiles == 1

@@ -85,6 +85,12 @@ def is_library_module(module: types.ModuleType) -> bool:
     return known
 
 
+def is_library_class(cls: type) -> bool:
+    """A class of the standard library or an installed package (see is_library_module)."""
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    return module is not None and is_library_module(module)
+
+
 def _is_constant(obj) -> bool:
     if isinstance(obj, _CONSTANT_TYPES):
         return True

@@ -454,7 +454,8 @@ class SuperValue(Value):
         return super
 
     def getattr(self, tx, name):
-        from .builder import wrap_sourceless
+        from ..sources import AttrSource, ItemSource, ObjectSource
+        from .builder import _is_constant, is_library_class, wrap, wrap_sourceless
 
         mro = self.mro_of.__mro__
         for klass in mro[mro.index(self.start) + 1:]:
@@ -486,7 +487,11 @@ class SuperValue(Value):
             return _GenericGetattr(self.obj)
         if hasattr(type(attr), "__get__") and not isinstance(attr, type):
             raise Unsupported(f"super().{name}, a {type(attr).__name__} descriptor")
-        return wrap_sourceless(tx, attr)
+        if _is_constant(attr) or is_library_class(klass):
+            return wrap_sourceless(tx, attr)
+        # A user class's dict, list or object: read from the class's dict and guarded (a
+        # class attribute the user changes later).
+        return wrap(tx, attr, ItemSource(AttrSource(ObjectSource(klass), "__dict__"), name))
 
 
 class _GenericGetattr(Value):
