@@ -556,3 +556,23 @@ def test_a_class_attribute_read_through_super_is_guarded(stats):
     finally:
         _BaseWithTable.TABLE["k"] = 2.0
     assert stats.recompiles == 1
+
+
+class _ClassTable(nn.Module):
+    TABLE = {"k": 2.0}
+
+    def forward(self, x):
+        return x * type(self).TABLE["k"]
+
+
+def test_a_class_attribute_read_through_type_of_self_is_guarded(stats):
+    m = _ClassTable()
+    compiled = framejit.compile(m)
+    x = torch.ones(2)
+    try:
+        for k in (2.0, 5.0, 5.0):
+            _ClassTable.TABLE["k"] = k
+            torch.testing.assert_close(compiled(x), m(x))
+    finally:
+        _ClassTable.TABLE["k"] = 2.0
+    assert stats.recompiles == 1 and stats.eager_frames == 0

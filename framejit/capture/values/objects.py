@@ -8,7 +8,7 @@ import inspect
 import types
 
 from ...errors import Unsupported
-from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource
+from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource, ObjectSource
 from .attributes import generic_getattr, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
@@ -49,7 +49,6 @@ class UserObjectValue(Value):
         obj = self.obj
         if not isinstance(obj, dict):
             raise Unsupported(f"reading the items of {self.describe()}")
-        from ..sources import ObjectSource
         source = self.source if self.source is not None else ObjectSource(obj)
         for name in ("__getitem__", "__iter__"):
             if isinstance(class_lookup(type(obj), name), types.FunctionType):
@@ -354,7 +353,7 @@ class ClassValue(Value):
         return hasattr(self.cls, name)
 
     def getattr(self, tx, name):
-        from .builder import wrap, wrap_sourceless
+        from .builder import is_library_class, wrap, wrap_sourceless
 
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
@@ -366,8 +365,13 @@ class ClassValue(Value):
         if isinstance(static, staticmethod):
             return wrap_sourceless(tx, static.__func__)
         value = getattr(self.cls, name)
-        if self.source is not None and not callable(value):
-            return wrap(tx, value, AttrSource(self.source, name))
+        source = self.source
+        if source is None and not is_library_class(self.cls):
+            # A user class reached without a path (type(self)): its attributes are read
+            # through the class itself and guarded (type(self).TABLE["k"] was taken as fixed).
+            source = ObjectSource(self.cls)
+        if source is not None and not callable(value):
+            return wrap(tx, value, AttrSource(source, name))
         return wrap_sourceless(tx, value)
 
     def call(self, tx, args, kwargs):
