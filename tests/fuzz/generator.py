@@ -153,7 +153,8 @@ class Generator(Expressions, Aliasing):
         table = {
             self.assign_tensor: 6, self.inplace: 4, self.assign_number: 3, self.containers: 4,
             self.dict_ops: 2, self.objects: 3, self.globals_write: 3, self.print_stmt: 1.5,
-            self.comprehension: 1.5, self.closure: 1, self.raise_stmt: 0.4, self.early_return: 0.3,
+            self.comprehension: 1.5, self.closure: 1, self.config_read: 0.8, self.raise_stmt: 0.4,
+            self.early_return: 0.3,
             self.alias_statement: 9,
         }
         if deep:
@@ -378,6 +379,20 @@ class Generator(Expressions, Aliasing):
             a, ta = self.exact_expr(s, 0)
             return Line(f"GT = {a}.sum().reshape(1)" + ("" if ta.dtype == F32 else ".float()"))
         return Line(f"GF = GF * {self.pick(['0.5', '2.0', '1.5'])}")
+
+    def config_read(self, s, depth, loop):
+        """A value read through state that perturb() changes between calls (prelude CONFIG):
+        a number kept in GL, or a tensor that takes the place of one in scope (so that more
+        of what follows depends on it)."""
+        fns = ["cfg_scaled", "TAB.tab_scaled", "TAB.tab_cfg"]
+        if self.chance(0.4):
+            return Line(f"GL.append({self.pick(fns)}({self.rng.randint(1, 3)}))")
+        code, ty = self.exact_expr(s, 0)
+        if ty.dtype != F32:
+            code, ty = "x", s.tensors["x"]
+        name = code if code in s.tensors and code.isidentifier() else self.fresh("t")
+        s.tensors[name] = ty
+        return Line(f"{name} = {self.pick(fns)}({code})")
 
     def print_stmt(self, s, depth, loop):
         a = self.exact_expr(s)[0]

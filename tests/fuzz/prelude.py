@@ -95,6 +95,45 @@ def helper(u, k):
     return u - k"""
 
 
+# State that f reads through a user function's default value, a method's decorator closure and
+# a class attribute read through type(self). perturb(), which runner.py calls between calls on
+# each side, changes it from outside: the compiled code must see that (guards), where capture
+# had taken each of these as fixed.
+CONFIG = """\
+GC = {'k': 2}
+
+
+def with_cfg(cfg):
+    def deco(fn):
+        def inner(self, u):
+            return fn(self, u) * cfg['k']
+        return inner
+    return deco
+
+
+class Tab:
+    T = {'k': 3}
+
+    def tab_scaled(self, u):
+        return u * type(self).T['k']
+
+    @with_cfg(GC)
+    def tab_cfg(self, u):
+        return u + 1
+
+
+TAB = Tab()
+
+
+def cfg_scaled(u, cfg=GC):
+    return u * cfg['k']
+
+
+def perturb():
+    GC['k'] += 1
+    Tab.T['k'] -= 1"""
+
+
 # Module globals (named G*, so that runner compares their state after every call: parameters,
 # buffers and attributes). Seeded, so that each side's fresh copy starts equal. GBN trains: its
 # running statistics change on every call; GCNT's forward writes an attribute and a buffer (a
@@ -189,6 +228,6 @@ def prelude_nodes(sizes, input_seed, special=False, aliased="", layout="") -> li
     """The module's nodes before ``f``. make_inputs is kept by the shrinker: without it nothing
     runs."""
     nodes = [Line(IMPORTS), Line(GLOBALS)]
-    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER, MODULES)]
+    nodes += [Line(src) for src in (BOX, PAIR, CTX, TRACKED, GEN, NOISY, HELPER, CONFIG, MODULES)]
     nodes.append(Line(make_inputs_source(sizes, input_seed, special, aliased, layout), keep=True))
     return nodes

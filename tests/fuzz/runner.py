@@ -4,7 +4,8 @@ Each side gets its own copy of the module (its own globals and classes) and its 
 ``make_inputs``. The sequence, the same on both sides: two calls on the same objects (state may
 evolve between them, so call *k* compiled is compared with call *k* eager), then one call on new
 inputs of other shapes (which makes the sizes that changed dynamic), and one on inputs of a third
-shape (the dynamic graph again, at sizes it was not compiled for). Call ``run_program`` in a
+shape (the dynamic graph again, at sizes it was not compiled for). Before the second and the
+fourth call, the module's ``perturb()`` changes state the function may read (prelude CONFIG). Call ``run_program`` in a
 subprocess (see worker.py): a program that crashes the interpreter must not end the campaign.
 """
 
@@ -75,8 +76,14 @@ def call_once(module, fn, args) -> dict:
 
 def run_side(module, fn) -> list[dict]:
     args = module.make_inputs(0)
-    records = [call_once(module, fn, args), call_once(module, fn, args)]
+    # perturb() (prelude CONFIG) changes state the function reads, from outside, before the
+    # second and the fourth call.
+    perturb = getattr(module, "perturb", lambda: None)
+    records = [call_once(module, fn, args)]
+    perturb()
+    records.append(call_once(module, fn, args))
     records.append(call_once(module, fn, module.make_inputs(1)))
+    perturb()
     records.append(call_once(module, fn, module.make_inputs(2)))
     return records
 
