@@ -97,8 +97,8 @@ def helper(u, k):
 
 # State that f reads through a user function's default value, a method's decorator closure and
 # a class attribute read through type(self). perturb(), which runner.py calls between calls on
-# each side, changes it from outside: the compiled code must see that (guards), where capture
-# had taken each of these as fixed.
+# each side, changes it from outside, and the modules' attributes and children: the compiled
+# code must see that (guards), where capture had taken the first three as fixed.
 CONFIG = """\
 GC = {'k': 2}
 
@@ -131,7 +131,11 @@ def cfg_scaled(u, cfg=GC):
 
 def perturb():
     GC['k'] += 1
-    Tab.T['k'] -= 1"""
+    Tab.T['k'] -= 1
+    if 'GCNT' in globals():  # (MODULES, unless the shrinker dropped it)
+        GCNT.flag = not GCNT.flag
+        GLN.eps = GLN.eps * 10
+        GSEQ[1] = torch.nn.Tanh() if isinstance(GSEQ[1], torch.nn.ReLU) else torch.nn.ReLU()"""
 
 
 # Module globals (named G*, so that runner compares their state after every call: parameters,
