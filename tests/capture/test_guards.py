@@ -491,6 +491,20 @@ def test_a_nested_function_s_default_made_in_the_frame(stats):
     assert stats.graphs == 1
 
 
+def _follows_changes(fn, table, key, values):
+    """Compiled ``fn`` against eager while ``table[key]`` takes ``values`` in turn (put back
+    afterwards)."""
+    compiled = framejit.compile(fn)
+    x = torch.ones(2)
+    old = table[key]
+    try:
+        for value in values:
+            table[key] = value
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        table[key] = old
+
+
 def _scaled_by(cfg):
     def decorate(fn):
         def inner(self, x):
@@ -520,15 +534,8 @@ class _CallsDecorated(nn.Module):
 def test_closure_cells_of_a_method_are_guarded(as_module, stats):
     # A method looked up on an object is called without a path to it; its decorator's closure
     # (cfg) was taken as fixed, so changing CLOSED_CFG["k"] afterwards was not seen.
-    fn = _CallsDecorated() if as_module else (lambda x: DECORATED.run(x))
-    compiled = framejit.compile(fn)
-    x = torch.ones(2)
-    try:
-        for k in (2.0, 5.0, 5.0):
-            CLOSED_CFG["k"] = k
-            torch.testing.assert_close(compiled(x), fn(x))
-    finally:
-        CLOSED_CFG["k"] = 2.0
+    _follows_changes(_CallsDecorated() if as_module else (lambda x: DECORATED.run(x)),
+                     CLOSED_CFG, "k", (2.0, 5.0, 5.0))
     assert stats.recompiles == 1
 
 
@@ -543,18 +550,7 @@ class _ReadsTableThroughSuper(_BaseWithTable):
 
 def test_a_class_attribute_read_through_super_is_guarded(stats):
     obj = _ReadsTableThroughSuper()
-
-    def f(x):
-        return obj.run(x)
-
-    compiled = framejit.compile(f)
-    x = torch.ones(2)
-    try:
-        for k in (2.0, 4.0, 4.0):
-            _BaseWithTable.TABLE["k"] = k
-            torch.testing.assert_close(compiled(x), f(x))
-    finally:
-        _BaseWithTable.TABLE["k"] = 2.0
+    _follows_changes(lambda x: obj.run(x), _BaseWithTable.TABLE, "k", (2.0, 4.0, 4.0))
     assert stats.recompiles == 1
 
 
@@ -566,13 +562,5 @@ class _ClassTable(nn.Module):
 
 
 def test_a_class_attribute_read_through_type_of_self_is_guarded(stats):
-    m = _ClassTable()
-    compiled = framejit.compile(m)
-    x = torch.ones(2)
-    try:
-        for k in (2.0, 5.0, 5.0):
-            _ClassTable.TABLE["k"] = k
-            torch.testing.assert_close(compiled(x), m(x))
-    finally:
-        _ClassTable.TABLE["k"] = 2.0
+    _follows_changes(_ClassTable(), _ClassTable.TABLE, "k", (2.0, 5.0, 5.0))
     assert stats.recompiles == 1 and stats.eager_frames == 0
