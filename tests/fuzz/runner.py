@@ -5,7 +5,8 @@ Each side gets its own copy of the module (its own globals and classes) and its 
 evolve between them, so call *k* compiled is compared with call *k* eager), then one call on new
 inputs of other shapes (which makes the sizes that changed dynamic), and one on inputs of a third
 shape (the dynamic graph again, at sizes it was not compiled for). Before the second and the
-fourth call, the module's ``perturb()`` changes state the function may read (prelude CONFIG). Call ``run_program`` in a
+fourth call, the module's ``perturb()`` changes state the function may read (prelude CONFIG),
+and before the second ``perturb_inputs`` changes the inputs of the first. Call ``run_program`` in a
 subprocess (see worker.py): a program that crashes the interpreter must not end the campaign.
 """
 
@@ -81,6 +82,8 @@ def run_side(module, fn) -> list[dict]:
     perturb = getattr(module, "perturb", lambda: None)
     records = [call_once(module, fn, args)]
     perturb()
+    if hasattr(module, "perturb_inputs"):  # the inputs changed too, as a caller may
+        module.perturb_inputs(*args)
     records.append(call_once(module, fn, args))
     records.append(call_once(module, fn, module.make_inputs(1)))
     perturb()
