@@ -834,18 +834,21 @@ static inline void fj_rand_fill(int64_t seed, int64_t lo, int64_t hi, float *res
 }
 
 /* float -> integer as x86's cvttss2si/cvttsd2si give it: NaN and values out of range take the
-   "integer indefinite", the width's minimum (see _c_cast) */
+   "integer indefinite", the width's minimum (see _c_cast). Plus fj_zero, a zero the compiler
+   cannot see: with -fno-trapping-math gcc folds (float)(int)x into truncf(x), which keeps the
+   sign of a zero (int(-0.5) back to float gave -0.0, and 5 / it -inf where eager gives +inf) */
+__attribute__((visibility("hidden"))) int32_t fj_zero = 0;
 static inline int64_t fj_f2i64(float x) {
-    return x >= -0x1p63f && x < 0x1p63f ? (int64_t)x : INT64_MIN;
+    return x >= -0x1p63f && x < 0x1p63f ? (int64_t)x + fj_zero : INT64_MIN;
 }
 static inline int64_t fj_d2i64(double x) {
-    return x >= -0x1p63 && x < 0x1p63 ? (int64_t)x : INT64_MIN;
+    return x >= -0x1p63 && x < 0x1p63 ? (int64_t)x + fj_zero : INT64_MIN;
 }
 static inline int32_t fj_f2i32(float x) {
-    return x >= -0x1p31f && x < 0x1p31f ? (int32_t)x : INT32_MIN;
+    return x >= -0x1p31f && x < 0x1p31f ? (int32_t)x + fj_zero : INT32_MIN;
 }
 static inline int32_t fj_d2i32(double x) {
-    return x > -0x1p31 - 1.0 && x < 0x1p31 ? (int32_t)x : INT32_MIN;
+    return x > -0x1p31 - 1.0 && x < 0x1p31 ? (int32_t)x + fj_zero : INT32_MIN;
 }
 
 #define FJ_MIN(a, b) ((a) < (b) ? (a) : (b))

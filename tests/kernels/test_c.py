@@ -1074,11 +1074,15 @@ def test_floats_out_of_an_integer_s_range_convert_as_eager_s(source):
     # (float)(int64_t)x into truncf(x): inf.long().float() stayed inf where eager gives
     # -9.2e18. Each conversion takes x86's value, as eager's: NaN and out of range give the
     # width's minimum; int16/int8 the low bits of int32's; uint8 the low bits of int64's.
+    # Back to a float, an integer zero is +0.0: gcc folded the round trip into truncf(x), and
+    # 1 / int(-0.5) gave -inf where eager gives +inf (fuzzer program 381000000962).
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 3e9, -3e9,
-                      2.0**31, -2.0**31, 2.0**63, -2.0**63, 1e19, -100.7, 2.5, -0.0, 70000.3],
+                      2.0**31, -2.0**31, 2.0**63, -2.0**63, 1e19, -100.7, 2.5, -0.0, 70000.3,
+                      -0.5, -0.99, 0.5],
                      dtype=source).repeat(70)  # vector loops, and their tails
     for target in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        fns = [lambda x, t=target: (x * 1.0).to(t), lambda x, t=target: (x * 1.0).to(t).to(source) + 1]
+        fns = [lambda x, t=target: (x * 1.0).to(t), lambda x, t=target: (x * 1.0).to(t).to(source) + 1,
+               lambda x, t=target: 1.0 / (x * 1.0).to(t).to(source)]
         for fn in fns:
             got, backend = run_kernels(fn, x)
             assert len(backend.kernels) == 1
