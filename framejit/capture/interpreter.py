@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import dis
 import linecache
-import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -428,12 +427,9 @@ def _function_source(fn, fn_source):
     if fn_source is not None:
         return fn_source
     from .sources import ObjectSource
-    from .values.builder import is_library_module
+    from .values.builder import from_library
 
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if module is not None and is_library_module(module):
-        return None
-    return ObjectSource(fn)
+    return None if from_library(fn) else ObjectSource(fn)
 
 
 def _default_value(caller: Translator, value, source):

@@ -1612,8 +1612,7 @@ class _Renderer:
         if (extrema == group and simd and isinstance(self.rnumel, int) and self.rnumel > 16
                 and self.rnumel % 16 and (lo, hi) == ("0", str(self.rnumel)) and not ahead):
             whole = str(self.rnumel // 16 * 16)
-            halfs = any(b.dtype.itemsize == 2 and any(b.strides[d] != 0 for d in self.rdims)
-                        for b in k.inputs)
+            halfs = any(b.dtype.itemsize == 2 for b in self.row_inputs())
             plain = self.rnumel % 16 >= 8 or not halfs
             pieces = [("0", whole, pragma_summing(sums)),
                       (whole, hi, None if plain else pragma_summing(sums))]
@@ -2150,6 +2149,10 @@ class _Renderer:
             self.store_loop(stores, indent, split)
             self.avail, self.fill = set(), []
 
+    def row_inputs(self) -> list:
+        """The kernel's inputs read along the row (a stride in a row dimension)."""
+        return [b for b in self.k.inputs if any(b.strides[d] != 0 for d in self.rdims)]
+
     def rows_at_once(self, plan) -> int:
         """How many rows :meth:`interleaved_rows` takes a step at once (rows not cut in parts;
         ``plan``: their row buffers): 1 (one row after the other) unless the rows are short
@@ -2162,8 +2165,7 @@ class _Renderer:
             return 1
         # What a row reads and keeps: a step of rows that stays in L1 (more rows made fp32
         # layer norms over rows of 1024 and fp32 rows that keep a row buffer slower).
-        row_bytes = sum(self.rnumel * b.dtype.itemsize for b in k.inputs
-                        if any(b.strides[d] != 0 for d in self.rdims))
+        row_bytes = sum(self.rnumel * b.dtype.itemsize for b in self.row_inputs())
         buffers = [i for _, fill in plan for i in fill if i not in self.scratch]
         row_bytes += 4 * self.rnumel * len(buffers)
         # Two row buffers or more (an fp16 layer norm keeps its converted row and the centred

@@ -85,9 +85,10 @@ def is_library_module(module: types.ModuleType) -> bool:
     return known
 
 
-def is_library_class(cls: type) -> bool:
-    """A class of the standard library or an installed package (see is_library_module)."""
-    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+def from_library(obj) -> bool:
+    """Whether a class or function was defined in a library module (see is_library_module):
+    by its ``__module__``."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
     return module is not None and is_library_module(module)
 
 

@@ -455,7 +455,7 @@ class SuperValue(Value):
 
     def getattr(self, tx, name):
         from ..sources import AttrSource, ItemSource, ObjectSource
-        from .builder import _is_constant, is_library_class, wrap, wrap_sourceless
+        from .builder import _is_constant, from_library, wrap, wrap_sourceless
 
         mro = self.mro_of.__mro__
         for klass in mro[mro.index(self.start) + 1:]:
@@ -487,7 +487,7 @@ class SuperValue(Value):
             return _GenericGetattr(self.obj)
         if hasattr(type(attr), "__get__") and not isinstance(attr, type):
             raise Unsupported(f"super().{name}, a {type(attr).__name__} descriptor")
-        if _is_constant(attr) or is_library_class(klass):
+        if _is_constant(attr) or from_library(klass):
             return wrap_sourceless(tx, attr)
         # A user class's dict, list or object: read from the class's dict and guarded (a
         # class attribute the user changes later).

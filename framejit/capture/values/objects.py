@@ -353,7 +353,7 @@ class ClassValue(Value):
         return hasattr(self.cls, name)
 
     def getattr(self, tx, name):
-        from .builder import is_library_class, wrap, wrap_sourceless
+        from .builder import from_library, wrap, wrap_sourceless
 
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
@@ -366,7 +366,7 @@ class ClassValue(Value):
             return wrap_sourceless(tx, static.__func__)
         value = getattr(self.cls, name)
         source = self.source
-        if source is None and not is_library_class(self.cls):
+        if source is None and not from_library(self.cls):
             # A user class reached without a path (type(self)): its attributes are read
             # through the class itself and guarded (type(self).TABLE["k"] was taken as fixed).
             source = ObjectSource(self.cls)
