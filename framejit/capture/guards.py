@@ -257,21 +257,28 @@ def _global_hook_tables():
 
 class NoHooksGuard(Guard):
     """A module whose forward was inlined has no hooks (hooks of inlined modules would not run),
-    and no global module hooks exist."""
+    and no global module hooks exist. Unless the module had a forward of its own (in its
+    instance dict, guarded as an attribute), it has none now either: a forward assigned to the
+    object later (``m.block.forward = patched``) runs instead of the class's."""
 
     order = 15
 
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, own_forward: bool = False):
         self.source = source
+        self.own_forward = own_forward
 
     def code(self, v, names):
         tables = " or ".join(f"{v}.{t}" for t in _HOOK_TABLES)
+        if not self.own_forward:
+            tables += f" or 'forward' in {v}.__dict__"
         return [f"if {tables}: return False"]
 
     def reason(self, value):
         for t in _HOOK_TABLES:
             if getattr(value, t, None):
                 return f"{self.source.name()} has {t.strip('_').replace('_', ' ')} now"
+        if not self.own_forward and "forward" in vars(value):
+            return f"{self.source.name()}.forward: assigned to the module object"
         return None
 
 

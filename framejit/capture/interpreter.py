@@ -19,6 +19,7 @@ from bytecode import Bytecode, Instr, Label
 
 from ..errors import SourceLocation, Unsupported
 from . import compat, decoding
+from .guards import IdGuard
 from .sources import AttrSource, ClosureCellSource, ItemSource, LocalSource
 from .values.base import Value
 from .values.builder import _is_constant, wrap, wrap_sourceless
@@ -359,6 +360,10 @@ class Translator:
         if unwrapped is not fn:
             fn, fn_source = unwrapped, None
         fn_source = _function_source(fn, fn_source)
+        if fn_source is not None:
+            # A user function's code can be replaced (``helper.__code__ = other.__code__``, as
+            # hot reloaders do): the captured body is reused only while it is the same code.
+            self.output.guards.add(IdGuard(AttrSource(fn_source, "__code__"), fn.__code__))
         closure = None
         if fn.__closure__:
             closure = []

@@ -52,6 +52,8 @@ class OutputGraph:
         self.source_values: dict = {}
         #: id(object) -> (object, value) for mutable objects from outside (one value each).
         self.mutable_values: dict = {}
+        #: (class, name) of the class attributes guarded so far (attributes.guarded_lookup).
+        self.class_lookups: set = set()
         #: id of a tensor from outside used by identity -> the sources it was read from
         self.identity_keys: dict = {}
         #: get_attr name -> constant tensor held by the graph module.

@@ -67,6 +67,9 @@ class ObjectSource(Source):
         return names(self.obj)
 
     def name(self):
+        qualname = getattr(self.obj, "__qualname__", None)  # a class or a function
+        if isinstance(qualname, str) and (isinstance(self.obj, type) or hasattr(self.obj, "__code__")):
+            return qualname.rpartition("<locals>.")[2]
         return f"the {type(self.obj).__name__} object"
 
 

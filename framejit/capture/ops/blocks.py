@@ -29,7 +29,7 @@ def before_with(tx, inst):
     if entered is not None:
         exit_, value = entered
     else:
-        methods = _python_methods(ctx)
+        methods = _python_methods(tx, ctx)
         if methods is None:
             raise Unsupported(f"a `with` block on {ctx.describe()}",
                               "torch.no_grad()/enable_grad()/set_grad_enabled() blocks and context "
@@ -42,13 +42,13 @@ def before_with(tx, inst):
     tx.push(value)
 
 
-def _python_methods(ctx: Value):
+def _python_methods(tx, ctx: Value):
     try:
         cls = ctx.python_type()
     except Unsupported:
         return None
-    from ..values.instances import class_lookup
-    enter, exit_ = class_lookup(cls, "__enter__"), class_lookup(cls, "__exit__")
+    from ..values.attributes import guarded_lookup
+    enter, exit_ = guarded_lookup(tx, cls, "__enter__"), guarded_lookup(tx, cls, "__exit__")
     if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
         return enter, exit_
     return None

@@ -17,6 +17,9 @@ objects from outside; a value kind supplies only where its instance dict lives
 found missing raises AttributeError in the captured code, so ``hasattr`` and
 ``getattr(obj, name, default)`` work through the same path, and for an object from outside its
 absence is guarded.
+
+What the class gives is guarded too (:func:`guarded_lookup`): a user class's method, property or
+attribute replaced after the capture (``Cls.method = other``) is seen on the next call.
 """
 
 from __future__ import annotations
@@ -27,7 +30,53 @@ from ...errors import Unsupported
 from .base import Value
 from .constants import const
 from .exceptions import raise_python
-from .lookup import MISSING, class_lookup, is_data_descriptor
+from .lookup import MISSING, is_data_descriptor
+
+
+def guarded_lookup(tx, cls: type, name: str):
+    """What ``type(obj).name`` finds (:func:`.lookup.class_lookup`), guarded when a user class
+    (one not defined in a library) holds it: the next call must find the same object in that
+    class's dict, and no user class before it in the MRO may define the name. A method, property
+    or class attribute replaced after the capture (``Cls.forward = other``) then recompiles;
+    before, the captured method kept running. Like a library module's globals, what library
+    classes define is taken as fixed, and so is a name found nowhere (a class attribute added
+    later that would hide an instance attribute is not seen)."""
+    return guarded_find(tx, cls.__mro__, name)[1]
+
+
+def guarded_find(tx, mro, name: str) -> tuple:
+    """(the class of ``mro`` that defines ``name`` first, what it holds), guarded as in
+    :func:`guarded_lookup`; (None, MISSING) if none does."""
+    before = []
+    for klass in mro:
+        d = vars(klass)
+        if name in d:
+            attr = d[name]
+            break
+        before.append(klass)
+    else:
+        return None, MISSING
+    done = tx.output.class_lookups
+    if (klass, name) not in done and _user_class(klass):
+        from ..guards import EqualsGuard, IdGuard
+        from ..sources import AttrSource, InstanceDictHasSource, ItemSource, ObjectSource
+
+        done.add((klass, name))
+        guards = tx.output.guards
+        guards.add(IdGuard(ItemSource(AttrSource(ObjectSource(klass), "__dict__"), name), attr))
+        for other in before:
+            if _user_class(other):
+                guards.add(EqualsGuard(InstanceDictHasSource(ObjectSource(other), name), False))
+    return klass, attr
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def _user_class(klass: type) -> bool:
+    from .builder import from_library
+
+    return bool(klass.__flags__ & _HEAPTYPE) and not from_library(klass)
 
 
 def generic_getattr(tx, inst, name: str):
@@ -35,7 +84,7 @@ def generic_getattr(tx, inst, name: str):
     cls = inst.python_type()
     if name == "__class__":
         return inst.class_value(tx)
-    static = class_lookup(cls, name)
+    static = guarded_lookup(tx, cls, name)
     if is_data_descriptor(static):
         if isinstance(static, property):
             if static.fget is None:
@@ -61,7 +110,7 @@ def python_getattr_hook(tx, inst, name: str):
     """Step 4 for classes whose ``__getattr__`` is Python code (inlined); AttributeError when
     the class has none."""
     cls = inst.python_type()
-    hook = class_lookup(cls, "__getattr__")
+    hook = guarded_lookup(tx, cls, "__getattr__")
     if hook is MISSING:
         raise_python(AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
     if isinstance(hook, types.FunctionType):

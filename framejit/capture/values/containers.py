@@ -12,7 +12,7 @@ import operator
 from ...errors import Unsupported
 from .base import BoundMethod, Value
 from .constants import ConstantValue, const
-from .lookup import MISSING, class_lookup
+from .lookup import MISSING
 
 
 def _all_constant(values) -> bool:
@@ -294,10 +294,10 @@ class TupleValue(SequenceValue):
 
 def _namedtuple_class_attribute(tx, tup: TupleValue, name: str) -> Value:
     """Methods, properties and class attributes of a named tuple class (``p.norm()``)."""
-    from .attributes import bind_class_attribute
+    from .attributes import bind_class_attribute, guarded_lookup
     from .builder import wrap_sourceless
 
-    attr = class_lookup(tup.cls, name)
+    attr = guarded_lookup(tx, tup.cls, name)
     if attr is MISSING or vars(tuple).get(name) is attr:
         raise Unsupported(f"reading .{name} of {tup.describe()}")
     if isinstance(attr, property):

@@ -27,7 +27,7 @@ from .base import Value
 from .constants import ConstantValue, const
 from .containers import DictValue, ListValue, TupleValue
 from .instances import ObjectValue
-from .lookup import MISSING, class_lookup
+from .lookup import MISSING
 from .objects import UserObjectValue
 from .pycollections import SetValue
 
@@ -37,22 +37,25 @@ _ATOMIC = (type(None), bool, int, float, complex, str, bytes)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
-def _copy_problem(cls: type) -> str | None:
+def _copy_problem(tx, cls: type) -> str | None:
     """Why ``copy`` would not make an instance of ``cls`` by the default protocol (a new object
-    whose ``__dict__`` is the copied state), or None."""
+    whose ``__dict__`` is the copied state), or None. Guarded: a ``__deepcopy__`` added to the
+    class later recompiles."""
+    from .attributes import guarded_lookup
+
     if type(cls) not in (type, abc.ABCMeta) or not cls.__flags__ & _HEAPTYPE:
         return "its class is not a plain Python class"
     if cls in copy._deepcopy_dispatch or cls in copyreg.dispatch_table:
         return "copy has a special case for its class"
     for name in ("__copy__", "__deepcopy__", "__getnewargs__", "__getnewargs_ex__", "__setstate__"):
-        if class_lookup(cls, name) is not MISSING:
+        if guarded_lookup(tx, cls, name) is not MISSING:
             return f"its class defines {name}"
     for name in ("__reduce_ex__", "__reduce__", "__getstate__"):
-        if class_lookup(cls, name) not in (MISSING, vars(object).get(name)):
+        if guarded_lookup(tx, cls, name) not in (MISSING, vars(object).get(name)):
             return f"its class defines {name}"
-    if cls.__new__ is not object.__new__:
+    if guarded_lookup(tx, cls, "__new__") is not vars(object)["__new__"]:
         return "its class defines __new__"
-    if any(vars(k).get("__slots__") for k in cls.__mro__) or class_lookup(cls, "__dict__") is MISSING:
+    if any(vars(k).get("__slots__") for k in cls.__mro__) or guarded_lookup(tx, cls, "__dict__") is MISSING:
         return "its class has __slots__"
     return None
 
@@ -145,7 +148,7 @@ def deepcopy_value(tx, v: Value, memo: dict) -> Value:
     if t is SetValue:
         return memo.setdefault(id(v), SetValue(v.real))  # set items are immutable
     if t is ObjectValue:
-        problem = _copy_problem(v.user_class)
+        problem = _copy_problem(tx, v.user_class)
         if problem is not None:
             raise Unsupported(f"copy.deepcopy() of {v.describe()} ({problem})")
         new = memo[id(v)] = ObjectValue(v.cls_value)
@@ -168,7 +171,7 @@ def copy_of_outside_object(tx, v) -> Value:
 
     obj = v.obj
     cls = type(obj)
-    problem = _copy_problem(cls)
+    problem = _copy_problem(tx, cls)
     if problem is not None:
         raise Unsupported(f"copy.deepcopy() of {v.describe()} ({problem})")
     source = v.source if v.source is not None else ObjectSource(obj)
@@ -205,7 +208,7 @@ def shallow_copy_value(tx, v: Value) -> Value:
     if t is SetValue:
         return SetValue(v.real)
     if t is ObjectValue:
-        problem = _copy_problem(v.user_class)
+        problem = _copy_problem(tx, v.user_class)
         if problem is not None:
             raise Unsupported(f"copy.copy() of {v.describe()} ({problem})")
         new = ObjectValue(v.cls_value)

@@ -21,7 +21,13 @@ import types
 import torch
 
 from ...errors import Unsupported
-from .attributes import bind_class_attribute, generic_getattr, python_getattr_hook
+from .attributes import (
+    bind_class_attribute,
+    generic_getattr,
+    guarded_find,
+    guarded_lookup,
+    python_getattr_hook,
+)
 from .base import BoundMethod, Value
 from .constants import NONE, ConstantValue, const
 from .containers import DictValue, IteratorValue, TupleValue
@@ -54,8 +60,12 @@ def dict_base(cls: type) -> type | None:
     return None
 
 
-def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
-    """Why instances of ``cls`` cannot be created symbolically, or None when they can."""
+def plain_class_problem(cls: type, *, allow_dict: bool = True, tx=None) -> str | None:
+    """Why instances of ``cls`` cannot be created symbolically, or None when they can (with
+    ``tx``, the answer is guarded: a ``__new__`` added to the class later recompiles)."""
+    def lookup(name):
+        return class_lookup(cls, name) if tx is None else guarded_lookup(tx, cls, name)
+
     problem = metaclass_problem(cls)
     if problem is not None:
         return problem
@@ -63,16 +73,17 @@ def plain_class_problem(cls: type, *, allow_dict: bool = True) -> str | None:
     for klass in cls.__mro__[:-1]:
         if not klass.__flags__ & _HEAPTYPE and not (base is not None and klass in _DICT_BASES):
             return f"it derives from the builtin {klass.__name__}"
-    if cls.__new__ is not object.__new__ and not (base is not None and cls.__new__ is base.__new__):
+    new = lookup("__new__")
+    if new is not vars(object)["__new__"] and not (base is not None and new is class_lookup(base, "__new__")):
         return "it defines __new__"
-    getattribute = class_lookup(cls, "__getattribute__")
+    getattribute = lookup("__getattribute__")
     if getattribute not in _GENERIC_GETATTRIBUTE and not isinstance(getattribute, types.FunctionType):
         return "it customises attribute access (__getattribute__) in C"
     for name in ("__setattr__", "__delattr__"):
-        method = getattr(cls, name)
-        if method is not getattr(object, name) and not isinstance(method, types.FunctionType):
+        method = lookup(name)
+        if method is not vars(object)[name] and not isinstance(method, types.FunctionType):
             return f"it defines {name}"
-    if class_lookup(cls, "__del__") is not MISSING:
+    if lookup("__del__") is not MISSING:
         return "it defines __del__"
     return None
 
@@ -93,7 +104,7 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
         return construct_namedtuple(tx, cls, args, kwargs)
     if is_exception_class(cls):
         return make_exception(cls, args, kwargs)
-    problem = plain_class_problem(cls) if isinstance(cls, type) else "it is not a class"
+    problem = plain_class_problem(cls, tx=tx) if isinstance(cls, type) else "it is not a class"
     if problem is not None:
         raise Unsupported(f"creating a {getattr(cls, '__name__', cls)} object inside the compiled "
                           f"function ({problem})",
@@ -101,7 +112,7 @@ def construct(tx, cls_value, args: list[Value], kwargs: dict[str, Value]) -> Val
                           "dataclasses are captured")
     base = dict_base(cls)
     obj = ObjectValue(cls_value) if base is None else DictObjectValue(cls_value, base)
-    init = class_lookup(cls, "__init__")
+    init = guarded_lookup(tx, cls, "__init__")
     if init is object.__init__:
         if args or kwargs:
             raise Unsupported(f"{cls.__name__}() takes no arguments (TypeError)")
@@ -161,7 +172,7 @@ class ObjectValue(Value):
 
     # -- attributes ------------------------------------------------------------------------------
     def getattr(self, tx, name):
-        custom = self._dunder("__getattribute__")
+        custom = self._dunder(tx, "__getattribute__")
         if custom is not None:
             return tx.inline_function(custom, [self, const(name)], {})
         return self.generic_getattr(tx, name)
@@ -171,7 +182,7 @@ class ObjectValue(Value):
         reaches): see :mod:`.attributes`."""
         if name == "__class__":
             return self.cls_value
-        if name == "__dict__" and class_lookup(self.user_class, "__dict__") is not MISSING:
+        if name == "__dict__" and guarded_lookup(tx, self.user_class, "__dict__") is not MISSING:
             return dict_view(self.attrs)
         return generic_getattr(tx, self, name)
 
@@ -192,7 +203,7 @@ class ObjectValue(Value):
         if _frozen_dataclass(self.user_class):
             raise Unsupported(f"assigning .{name} of the frozen dataclass {self.user_class.__name__} "
                               "(FrozenInstanceError)")
-        custom = self._dunder("__setattr__")
+        custom = self._dunder(tx, "__setattr__")
         if custom is not None:
             tx.inline_function(custom, [self, const(name), value], {})
             return
@@ -202,7 +213,7 @@ class ObjectValue(Value):
         """``object.__setattr__(self, name, value)``: through a property's setter or a slot,
         else into the instance dict."""
         cls = self.user_class
-        static = class_lookup(cls, name)
+        static = guarded_lookup(tx, cls, name)
         if is_data_descriptor(static):
             if isinstance(static, property):
                 if static.fset is None:
@@ -211,49 +222,49 @@ class ObjectValue(Value):
                 return
             if not isinstance(static, types.MemberDescriptorType):
                 raise Unsupported(f"assigning .{name} of {self.describe()}")
-        elif class_lookup(cls, "__dict__") is MISSING:
+        elif guarded_lookup(tx, cls, "__dict__") is MISSING:
             raise Unsupported(f"assigning .{name} of {self.describe()}, whose class has __slots__ "
                               "without it (AttributeError)")
         self.attrs[name] = value
 
     def delattr(self, tx, name):
-        custom = self._dunder("__delattr__")
+        custom = self._dunder(tx, "__delattr__")
         if custom is not None:
             tx.inline_function(custom, [self, const(name)], {})
             return
         self.object_delattr(tx, name)
 
     def object_delattr(self, tx, name):
-        if _frozen_dataclass(self.user_class) or is_data_descriptor(class_lookup(self.user_class, name)):
+        if _frozen_dataclass(self.user_class) or is_data_descriptor(guarded_lookup(tx, self.user_class, name)):
             raise Unsupported(f"deleting .{name} of {self.describe()}")
         if name not in self.attrs:
             raise Unsupported(f"deleting the missing attribute .{name} (AttributeError)")
         del self.attrs[name]
 
     # -- protocols through the class's Python methods -------------------------------------------
-    def _dunder(self, name: str):
-        method = class_lookup(self.user_class, name)
+    def _dunder(self, tx, name: str):
+        method = guarded_lookup(tx, self.user_class, name)
         return method if isinstance(method, types.FunctionType) else None
 
     def _call_dunder(self, tx, name: str, args, what: str):
-        method = self._dunder(name)
+        method = self._dunder(tx, name)
         if method is None:
             raise Unsupported(f"{what} {self.describe()}, whose class has no Python {name}")
         return tx.inline_function(method, [self, *args], {})
 
     def call(self, tx, args, kwargs):
-        method = self._dunder("__call__")
+        method = self._dunder(tx, "__call__")
         if method is None:
             raise Unsupported(f"calling {self.describe()} (TypeError: not callable)")
         return tx.inline_function(method, [self, *args], kwargs)
 
     def truthy(self, tx):
-        if self._dunder("__bool__") is not None:
+        if self._dunder(tx, "__bool__") is not None:
             return self._call_dunder(tx, "__bool__", [], "bool() of").as_constant() is True
-        if self._dunder("__len__") is not None:
+        if self._dunder(tx, "__len__") is not None:
             return self.length(tx) != 0
-        if class_lookup(self.user_class, "__bool__") is not MISSING or \
-                class_lookup(self.user_class, "__len__") is not MISSING:
+        if guarded_lookup(tx, self.user_class, "__bool__") is not MISSING or \
+                guarded_lookup(tx, self.user_class, "__len__") is not MISSING:
             raise Unsupported(f"using {self.describe()} as a condition")
         return True
 
@@ -276,7 +287,7 @@ class ObjectValue(Value):
         self._call_dunder(tx, "__setitem__", [key, value], "assigning an item of")
 
     def contains(self, tx, item):
-        if self._dunder("__contains__") is not None:
+        if self._dunder(tx, "__contains__") is not None:
             return self._call_dunder(tx, "__contains__", [item], "`in` on").truthy(tx)
         return sequence_contains(tx, self.iterate(tx), item)
 
@@ -287,7 +298,7 @@ class ObjectValue(Value):
         for name in (names[1],) if reflected else (names[0], names[2]):
             if name is None:
                 continue
-            method = self._dunder(name)
+            method = self._dunder(tx, name)
             if method is not None:
                 r = tx.inline_function(method, [self, other], {})
                 if not (isinstance(r, ConstantValue) and r.value is NotImplemented):
@@ -373,7 +384,7 @@ class DictObjectValue(ObjectValue):
         return super().length(tx)
 
     def truthy(self, tx):
-        if self._dunder("__bool__") is None and self._inherited("__len__"):
+        if self._dunder(tx, "__bool__") is None and self._inherited("__len__"):
             return bool(self.items)
         return super().truthy(tx)
 
@@ -458,11 +469,8 @@ class SuperValue(Value):
         from .builder import _is_constant, from_library, wrap, wrap_sourceless
 
         mro = self.mro_of.__mro__
-        for klass in mro[mro.index(self.start) + 1:]:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                break
-        else:
+        klass, attr = guarded_find(tx, mro[mro.index(self.start) + 1:], name)
+        if klass is None:
             raise Unsupported(f"super() has no attribute {name!r} (AttributeError)")
         owner = self.obj if self.obj_is_class else (getattr(self.obj, "cls_value", None)
                                                     or wrap_sourceless(tx, self.mro_of))

@@ -11,7 +11,7 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
-from .attributes import python_getattr_hook
+from .attributes import guarded_lookup, python_getattr_hook
 from .base import BoundMethod, Value
 from .constants import const
 from .containers import IteratorValue, ListValue, TupleValue
@@ -61,7 +61,7 @@ class ModuleValue(Value):
         # class's other attributes, then Module.__getattr__ (parameters, buffers, submodules).
         # A method named like a submodule is therefore the method, as in eager.
         mod = self.module
-        attr = class_lookup(type(mod), name)
+        attr = guarded_lookup(tx, type(mod), name)
         if isinstance(attr, property):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
@@ -112,7 +112,7 @@ class ModuleValue(Value):
                 or issubclass(value.python_type(), (nn.Parameter, nn.Module)):
             raise Unsupported(f"assigning .{name} on {self.describe()} (a parameter or submodule)",
                               "assign parameters and submodules outside the compiled function")
-        static = class_lookup(type(mod), name)
+        static = guarded_lookup(tx, type(mod), name)
         if static is not MISSING and hasattr(type(static), "__set__"):
             raise Unsupported(f"assigning .{name} on {self.describe()}, a property or descriptor")
         if name in mod._buffers and AttrSource(self.source, "_buffers").key in tx.output.source_values:
@@ -131,16 +131,16 @@ class ModuleValue(Value):
     def pinned_object(self):
         return self.module
 
-    def _user_dunder(self, name: str):
+    def _user_dunder(self, tx, name: str):
         """``name`` (``__getitem__``, ``__len__``...) when the module's class defines it in Python
         outside torch.nn (torch's containers are handled here directly)."""
-        fn = class_lookup(type(self.module), name)
+        fn = guarded_lookup(tx, type(self.module), name)
         if isinstance(fn, types.FunctionType) and not (fn.__module__ or "").startswith("torch.nn."):
             return fn
         return None
 
     def contains(self, tx, item):
-        fn = self._user_dunder("__contains__")
+        fn = self._user_dunder(tx, "__contains__")
         if fn is not None:
             return tx.inline_function(fn, [self, item], {}).truthy(tx)
         if isinstance(self.module, nn.ModuleDict):
@@ -155,15 +155,15 @@ class ModuleValue(Value):
             raise Unsupported(f"calling {self.describe()}, which has hooks registered",
                               "framejit does not run module hooks inside a graph yet; remove the hooks "
                               "or compile the module's parts without them")
-        tx.output.guards.add(NoHooksGuard(self.source))
         forward = mod.__dict__.get("forward")
+        tx.output.guards.add(NoHooksGuard(self.source, own_forward=forward is not None))
         if forward is not None:
             from .builder import wrap
             return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
-        static = class_lookup(type(mod), "forward")
+        static = guarded_lookup(tx, type(mod), "forward")
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
             return tx.inline_function(static.__func__, list(args), kwargs)  # no self
-        fn = type(mod).forward
+        fn = static
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"{self.describe()} has no Python forward()")
         return tx.inline_function(fn, [self, *args], kwargs)
@@ -176,7 +176,7 @@ class ModuleValue(Value):
 
     def iterate(self, tx):
         mod = self.module
-        fn = self._user_dunder("__iter__")
+        fn = self._user_dunder(tx, "__iter__")
         if fn is not None:
             return tx.inline_function(fn, [self], {}).iterate(tx)
         if isinstance(mod, nn.ParameterDict):
@@ -190,14 +190,14 @@ class ModuleValue(Value):
         raise Unsupported(f"iterating over {self.describe()}")
 
     def length(self, tx):
-        fn = self._user_dunder("__len__")
+        fn = self._user_dunder(tx, "__len__")
         if fn is not None:
             return tx.inline_function(fn, [self], {}).as_constant()
         return len(self.module)
 
     def getitem(self, tx, key):
         mod = self.module
-        fn = self._user_dunder("__getitem__")
+        fn = self._user_dunder(tx, "__getitem__")
         if fn is not None:
             return tx.inline_function(fn, [self, key], {})
         k = key.as_constant()

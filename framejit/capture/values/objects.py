@@ -9,7 +9,7 @@ import types
 
 from ...errors import Unsupported
 from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource, ObjectSource
-from .attributes import generic_getattr, python_getattr_hook
+from .attributes import generic_getattr, guarded_lookup, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
 from .constants import const
@@ -18,7 +18,7 @@ from .exceptions import raise_python
 from .functions import MethodValue
 from .instances import construct, defined_by_dict
 from .keyed import is_identity_key, keyed_contains, keyed_getitem, keyed_setitem
-from .lookup import MISSING, class_lookup, is_data_descriptor
+from .lookup import MISSING, is_data_descriptor
 
 #: ``__getattribute__`` implementations that are plain instance-dict-then-class lookup
 #: (SimpleNamespace re-exports the generic one under its own slot wrapper).
@@ -51,7 +51,7 @@ class UserObjectValue(Value):
             raise Unsupported(f"reading the items of {self.describe()}")
         source = self.source if self.source is not None else ObjectSource(obj)
         for name in ("__getitem__", "__iter__"):
-            if isinstance(class_lookup(type(obj), name), types.FunctionType):
+            if isinstance(guarded_lookup(tx, type(obj), name), types.FunctionType):
                 raise Unsupported(f"reading the items of {self.describe()}, whose class defines {name}")
         if any(w is self for w in tx.output.side_effects.written_objects()):
             raise Unsupported(f"reading all the items of {self.describe()} after writing one by a tensor key",
@@ -98,7 +98,7 @@ class UserObjectValue(Value):
         return self.obj
 
     def getattr(self, tx, name):
-        if type(self.obj).__getattribute__ not in _GENERIC_GETATTRIBUTE:
+        if guarded_lookup(tx, type(self.obj), "__getattribute__") not in _GENERIC_GETATTRIBUTE:
             # Not the written value directly: the class may read another name (a config's
             # attribute_map), and that is the one written.
             return self._getattr_through_class(tx, name)
@@ -124,7 +124,7 @@ class UserObjectValue(Value):
         from .builder import wrap, wrap_sourceless
 
         obj = self.obj
-        if isinstance(class_lookup(type(obj), name), types.MemberDescriptorType):
+        if isinstance(guarded_lookup(tx, type(obj), name), types.MemberDescriptorType):
             if not hasattr(obj, name):
                 return MISSING
         else:
@@ -155,12 +155,12 @@ class UserObjectValue(Value):
 
     # ``in``, indexing and ``len`` on objects whose class implements them in Python (mapping
     # registries built on collections.abc): the method is inlined.
-    def _python_dunder(self, name: str):
-        fn = class_lookup(type(self.obj), name)
+    def _python_dunder(self, tx, name: str):
+        fn = guarded_lookup(tx, type(self.obj), name)
         return fn if isinstance(fn, types.FunctionType) else None
 
     def contains(self, tx, item):
-        fn = self._python_dunder("__contains__")
+        fn = self._python_dunder(tx, "__contains__")
         if fn is None:
             if is_identity_key(tx, self, item):
                 return keyed_contains(tx, self, item)
@@ -170,7 +170,7 @@ class UserObjectValue(Value):
         return tx.inline_function(fn, [self, item], {}).truthy(tx)
 
     def getitem(self, tx, key):
-        fn = self._python_dunder("__getitem__")
+        fn = self._python_dunder(tx, "__getitem__")
         if fn is None:
             if is_identity_key(tx, self, key):
                 return keyed_getitem(tx, self, key)
@@ -180,7 +180,7 @@ class UserObjectValue(Value):
         return tx.inline_function(fn, [self, key], {})
 
     def setitem(self, tx, key, value):
-        if self._python_dunder("__setitem__") is None and is_identity_key(tx, self, key):
+        if self._python_dunder(tx, "__setitem__") is None and is_identity_key(tx, self, key):
             return keyed_setitem(tx, self, key, value)
         return super().setitem(tx, key, value)
 
@@ -188,7 +188,7 @@ class UserObjectValue(Value):
         return IteratorValue(self.iterate(tx))  # over a snapshot of the items
 
     def iterate(self, tx):
-        fn = self._python_dunder("__iter__")
+        fn = self._python_dunder(tx, "__iter__")
         if fn is None:
             if isinstance(self.obj, dict):
                 return self.dict_storage(tx).iterate(tx)
@@ -196,7 +196,7 @@ class UserObjectValue(Value):
         return tx.inline_function(fn, [self], {}).iterate(tx)
 
     def length(self, tx):
-        fn = self._python_dunder("__len__")
+        fn = self._python_dunder(tx, "__len__")
         if fn is None:
             if isinstance(self.obj, dict):
                 return self.dict_storage(tx).length(tx)
@@ -208,7 +208,7 @@ class UserObjectValue(Value):
         for plain attributes. A class's own ``__setattr__`` written in Python (a config's
         validation and name mapping) is inlined; the ``object.__setattr__`` it ends in records
         the write (:meth:`object_setattr`)."""
-        custom = type(self.obj).__setattr__
+        custom = guarded_lookup(tx, type(self.obj), "__setattr__")
         if custom is object.__setattr__:
             return self.object_setattr(tx, name, value, raw=False)  # replayed as `obj.name = v`
         if isinstance(custom, types.FunctionType):
@@ -220,7 +220,7 @@ class UserObjectValue(Value):
         """``object.__setattr__(obj, name, value)`` into the instance dict, replayed the same way
         (``raw``)."""
         if not isinstance(getattr(self.obj, "__dict__", None), dict) \
-                or is_data_descriptor(class_lookup(type(self.obj), name)):
+                or is_data_descriptor(guarded_lookup(tx, type(self.obj), name)):
             raise Unsupported(f"assigning .{name} on {self.describe()} (a property, slot or "
                               "descriptor, or an object without an instance dict)",
                               "attribute writes are captured for plain attributes; assign it "
@@ -236,7 +236,7 @@ class UserObjectValue(Value):
         if tx.output.side_effects.writes_attrs_of(self):
             # The real object does not hold what this capture wrote yet: look it up by the
             # class's own method, which reads the written values.
-            custom = type(self.obj).__getattribute__
+            custom = guarded_lookup(tx, type(self.obj), "__getattribute__")
             if not isinstance(custom, types.FunctionType):
                 raise Unsupported(f"reading .{name} of {self.describe()} after writing its "
                                   "attributes: its class customises attribute access in C")
@@ -264,7 +264,7 @@ class UserObjectValue(Value):
         return wrap(tx, value, AttrSource(self.source, name))
 
     def call(self, tx, args, kwargs):
-        call = class_lookup(type(self.obj), "__call__")
+        call = guarded_lookup(tx, type(self.obj), "__call__")
         if isinstance(call, types.FunctionType):
             return tx.inline_function(call, [self, *args], kwargs)
         return super().call(tx, args, kwargs)
@@ -272,7 +272,7 @@ class UserObjectValue(Value):
     def truthy(self, tx):
         # An object is true unless its class says otherwise (__bool__, then __len__).
         for name in ("__bool__", "__len__"):
-            method = class_lookup(type(self.obj), name)
+            method = guarded_lookup(tx, type(self.obj), name)
             if method is MISSING:
                 continue
             if isinstance(method, types.FunctionType):
@@ -355,6 +355,7 @@ class ClassValue(Value):
     def getattr(self, tx, name):
         from .builder import from_library, wrap, wrap_sourceless
 
+        guarded_lookup(tx, self.cls, name)  # (a user class's attribute replaced later recompiles)
         static = inspect.getattr_static(self.cls, name, MISSING)
         if static is MISSING:
             raise Unsupported(f"{self.describe()} has no attribute {name!r}")
@@ -366,11 +367,15 @@ class ClassValue(Value):
             return wrap_sourceless(tx, static.__func__)
         value = getattr(self.cls, name)
         source = self.source
-        if source is None and not from_library(self.cls):
+        user = not from_library(self.cls)
+        if source is None and user:
             # A user class reached without a path (type(self)): its attributes are read
             # through the class itself and guarded (type(self).TABLE["k"] was taken as fixed).
             source = ObjectSource(self.cls)
-        if source is not None and not callable(value):
+        if source is not None and (not callable(value) or (
+                user and value is static and not isinstance(value, (types.FunctionType, type)))):
+            # (a user class's callable object, as any other: what its __call__ reads of it
+            # is guarded)
             return wrap(tx, value, AttrSource(source, name))
         return wrap_sourceless(tx, value)
 
