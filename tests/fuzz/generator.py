@@ -384,8 +384,10 @@ class Generator(Expressions, Aliasing):
         """A value read through state that perturb() changes between calls (prelude CONFIG):
         a number kept in GL, or a tensor that takes the place of one in scope (so that more
         of what follows depends on it)."""
-        fns = ["cfg_scaled", "TAB.tab_scaled", "TAB.tab_cfg"]
+        fns = ["cfg_scaled", "TAB.tab_scaled", "TAB.tab_cfg", "TAB.tab_step", "cfg_shifted"]
         if self.chance(0.4):
+            if self.chance(0.25):
+                return Line("GL.append(TAB.tab_k)")
             return Line(f"GL.append({self.pick(fns)}({self.rng.randint(1, 3)}))")
         code, ty = self.exact_expr(s, 0)
         if ty.dtype != F32:

@@ -121,6 +121,17 @@ class Tab:
     def tab_cfg(self, u):
         return u + 1
 
+    def tab_step(self, u):
+        return u + 2
+
+    @property
+    def tab_k(self):
+        return 2
+
+
+def _tab_step_other(self, u):
+    return u * 2
+
 
 TAB = Tab()
 
@@ -129,9 +140,25 @@ def cfg_scaled(u, cfg=GC):
     return u * cfg['k']
 
 
+def cfg_shifted(u):
+    return u - 1
+
+
+def _shifted_other(u):
+    return u + 3
+
+
+_PERTURBED = {'step': _tab_step_other, 'k': property(lambda self: 5),
+              'code': _shifted_other.__code__}
+
+
 def perturb():
     GC['k'] += 1
     Tab.T['k'] -= 1
+    # what a class defines and a function's code, replaced (guarded by identity)
+    Tab.tab_step, _PERTURBED['step'] = _PERTURBED['step'], Tab.tab_step
+    Tab.tab_k, _PERTURBED['k'] = _PERTURBED['k'], Tab.tab_k
+    cfg_shifted.__code__, _PERTURBED['code'] = _PERTURBED['code'], cfg_shifted.__code__
     if 'GCNT' in globals():  # (MODULES, unless the shrinker dropped it)
         GCNT.flag = not GCNT.flag
         GLN.eps = GLN.eps * 10
