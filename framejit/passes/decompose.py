@@ -48,6 +48,11 @@ def decompose(graph: Graph) -> bool:
     return apply_rules(graph, RULES)
 
 
+def _on_cpu(b: Builder) -> bool:
+    """Whether the node being replaced computes on CPU tensors (meta values carry no device)."""
+    return torch.device(b.node.meta.get("device", "cpu")).type == "cpu"
+
+
 def _optional_tensor(x: Any) -> bool:
     return x is None or is_tensor(x)
 
@@ -71,7 +76,14 @@ def _softmax(b: Builder, input: Any, dim: Any, dtype: Any, log: bool) -> Node | 
     shifted = b.sub(x, b(aten.amax.default, x, dims, True))
     e = b.unary("exp", shifted)
     total = b.sum(e, dims)
-    r = b.sub(shifted, b.unary("log", total)) if log else b.div(e, total)
+    if log:
+        r = b.sub(shifted, b.unary("log", total))
+    elif _on_cpu(b):
+        # As eager's CPU kernel computes it (exp * (1 / sum)), which also spares a kernel the
+        # division per element (a bf16 softmax 1.08x faster); eager's CUDA kernel divides.
+        r = b.mul(e, b.unary("reciprocal", total))
+    else:
+        r = b.div(e, total)
     return b.convert(r, b.out.dtype)
 
 
@@ -118,7 +130,7 @@ def _sdpa(b, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if attn_mask is not None and not (is_tensor(attn_mask) and val(attn_mask).dtype in (
             torch.float32, torch.bool)):
         return None
-    if torch.device(b.node.meta.get("device", "cpu")).type != "cpu" or SYMBOLIC.get():
+    if not _on_cpu(b) or SYMBOLIC.get():
         return None
     choice = cpu_sdpa_choice(val(query), val(key), val(value),
                              None if attn_mask is None else val(attn_mask), 0.0, False, scale)

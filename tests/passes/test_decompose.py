@@ -38,8 +38,9 @@ def all_vocabulary(captured, allowed=()):
 # --------------------------------------------------------------------------------------------
 # softmax
 
+# On CPU tensors as eager's CPU kernel computes it: exp * (1 / sum)
 SOFTMAX = [aten.amax.default, aten.sub.Tensor, aten.exp.default, aten.sum.dim_IntList,
-           aten.div.Tensor]  # fmt: skip
+           aten.reciprocal.default, aten.mul.Tensor]  # fmt: skip
 LOG_SOFTMAX = [aten.amax.default, aten.sub.Tensor, aten.exp.default, aten.sum.dim_IntList,
                aten.log.default, aten.sub.Tensor]  # fmt: skip
 
@@ -63,6 +64,14 @@ def test_softmax(rewrite, fn, expected, layout, dtype):
     if dtype is not torch.float32:
         targets = result.targets()
         assert targets[0] is CONVERT and CONVERT in targets[-2:]
+
+
+def test_softmax_of_cuda_tensors_divides_as_eager_s_cuda_kernel(capture_graph):
+    captured = capture_graph(lambda x: x.softmax(-1), make((4, 6), torch.float32))
+    for node in captured.graph.nodes:
+        node.meta["device"] = torch.device("cuda")  # (the meta values carry no device)
+    assert decompose(captured.graph)
+    assert compute_targets(captured) == SOFTMAX[:4] + [aten.div.Tensor]
 
 
 def test_softmax_with_dtype(rewrite):
