@@ -18,6 +18,7 @@ import torch
 from .sources import ConstNames, Source, SourceLoader
 
 _guard_ids = itertools.count()
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
 #: Whether autocast is on for any device (one C call; also used by the capture's tensor code).
@@ -82,7 +83,10 @@ class IdGuard(Guard):
         return [f"if {v} is not {names(self.obj)}: return False"]
 
     def implied_type(self):
-        return type(self.obj)
+        # The same object has the same type, but for an instance of a class written in
+        # Python, whose __class__ can be assigned: a type test on it stays.
+        t = type(self.obj)
+        return None if t.__flags__ & _HEAPTYPE else t
 
     def reason(self, value):
         if value is self.obj:
@@ -259,21 +263,30 @@ class NoHooksGuard(Guard):
     """A module whose forward was inlined has no hooks (hooks of inlined modules would not run),
     and no global module hooks exist. Unless the module had a forward of its own (in its
     instance dict, guarded as an attribute), it has none now either: a forward assigned to the
-    object later (``m.block.forward = patched``) runs instead of the class's."""
+    object later (``m.block.forward = patched``) runs instead of the class's. With ``typ``, the
+    module is still of that class (its identity is guarded, but ``__class__`` can be assigned)."""
 
     order = 15
 
-    def __init__(self, source: Source, own_forward: bool = False):
+    def __init__(self, source: Source, own_forward: bool = False, typ: type | None = None):
         self.source = source
         self.own_forward = own_forward
+        self.typ = typ
 
     def code(self, v, names):
-        tables = " or ".join(f"{v}.{t}" for t in _HOOK_TABLES)
+        tests = [f"{v}.{t}" for t in _HOOK_TABLES]
         if not self.own_forward:
-            tables += f" or 'forward' in {v}.__dict__"
-        return [f"if {tables}: return False"]
+            tests.append(f"'forward' in {v}.__dict__")
+        if self.typ is not None:
+            tests.append(f"type({v}) is not {names(self.typ)}")
+        return [f"if {' or '.join(tests)}: return False"]
+
+    def implied_type(self):
+        return None  # (its type test is a check of its own; see IdGuard)
 
     def reason(self, value):
+        if self.typ is not None and type(value) is not self.typ:
+            return f"type({self.source.name()}): {self.typ.__name__} → {type(value).__name__}"
         for t in _HOOK_TABLES:
             if getattr(value, t, None):
                 return f"{self.source.name()} has {t.strip('_').replace('_', ' ')} now"

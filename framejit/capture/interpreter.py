@@ -27,6 +27,7 @@ from .values.constants import NONE, ConstantValue, const
 from .values.containers import TupleValue
 from .values.exceptions import PythonRaise
 from .values.functions import unwrap_torch_disabled
+from .values.modules import MODULE_CALLS, ModuleValue
 from .values.tensor import TensorValue, graph_call
 
 #: opname -> handler(tx, inst). Filled by the modules in ``ops``.
@@ -356,6 +357,8 @@ class Translator:
         return fn.call(self, args, kwargs)
 
     def inline_function(self, fn: types.FunctionType, args, kwargs, fn_source=None) -> Value:
+        if fn in MODULE_CALLS and args and isinstance(args[0], ModuleValue):
+            return args[0].call_forward(self, list(args[1:]), kwargs)
         unwrapped = unwrap_torch_disabled(fn)
         if unwrapped is not fn:
             fn, fn_source = unwrapped, None

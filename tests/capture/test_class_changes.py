@@ -291,3 +291,50 @@ def test_library_classes_add_no_class_guards():
     ((guard_fn, _, _, _),) = _C.get_cache_entries(type(model).forward.__code__)
     guards = guard_fn.__framejit_source__
     assert "__dict__[" not in guards and "__code__" not in guards, guards
+
+
+class _Doubling(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def __call__(self, x):
+        return super().__call__(x) * 2
+
+
+class _CallsDoubling(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Doubling()
+
+    def forward(self, x):
+        return self.inner(x) + nn.Module.__call__(self.inner.fc, x) + self.inner.fc._call_impl(x)
+
+
+def test_a_submodule_s_own_call_runs_and_is_guarded(stats):
+    """A module class's own __call__ was skipped (its forward ran alone)."""
+    model = _CallsDoubling()
+    compiled = framejit.compile(model, fullgraph=True)
+    x = torch.randn(2, 4)
+    _agrees(compiled, model, x)
+    assert stats.graphs == 1 and stats.graph_breaks == 0
+    old = _Doubling.__call__
+    _Doubling.__call__ = lambda self, x: nn.Module.__call__(self, x) - 3
+    try:
+        _agrees(compiled, model, x)
+    finally:
+        _Doubling.__call__ = old
+    assert stats.recompiles == 1
+
+
+def test_a_submodule_whose_class_is_assigned_recompiles(stats):
+    class Tripling(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 3
+
+    _module_follows(lambda model: setattr(model.inner.fc, "__class__", Tripling))
+    assert stats.recompiles == 1
+    assert "type(" in stats.recompile_reasons[-1][1] and "Linear → Tripling" in stats.recompile_reasons[-1][1]

@@ -163,6 +163,10 @@ def perturb():
         GCNT.flag = not GCNT.flag
         GLN.eps = GLN.eps * 10
         GSEQ[1] = torch.nn.Tanh() if isinstance(GSEQ[1], torch.nn.ReLU) else torch.nn.ReLU()
+        if len(GSEQ) == 3:  # a layer appended, then taken away
+            GSEQ.append(torch.nn.Tanh())
+        else:
+            del GSEQ[3]
 
 
 def perturb_inputs(x, y, lst, d, obj):

@@ -407,6 +407,10 @@ class TorchFunctionValue(Value):
         factory = CONTEXT_FACTORIES.get(fn)
         if factory is not None:
             return factory(tx, args, kwargs)
+        if isinstance(fn, types.FunctionType):
+            from .modules import MODULE_CALLS
+            if fn in MODULE_CALLS:  # nn.Module.__call__(m, x): as m(x)
+                return tx.inline_function(fn, args, kwargs)
         if fn in _TORCH_STATEFUL:
             raise Unsupported(
                 f"{_TORCH_STATEFUL[fn]} inside the compiled function",

@@ -9,7 +9,7 @@ import types
 from torch import nn
 
 from ...errors import Unsupported
-from ..guards import NoHooksGuard
+from ..guards import DictKeysGuard, NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
 from .attributes import guarded_lookup, python_getattr_hook
 from .base import BoundMethod, Value
@@ -144,19 +144,28 @@ class ModuleValue(Value):
         if fn is not None:
             return tx.inline_function(fn, [self, item], {}).truthy(tx)
         if isinstance(self.module, nn.ModuleDict):
-            return item.as_constant() in self.module._modules
+            return item.as_constant() in self._table_keys(tx, "_modules")
         if isinstance(self.module, nn.ParameterDict):
-            return item.as_constant() in self.module._keys
+            return item.as_constant() in self._table_keys(tx, "_keys")
         return super().contains(tx, item)
 
     def call(self, tx, args, kwargs):
+        """``module(*args)``: its class's own ``__call__`` where it defines one in Python (it
+        was skipped: forward ran without what the override adds), else :meth:`call_forward`."""
+        call = guarded_lookup(tx, type(self.module), "__call__")
+        if isinstance(call, types.FunctionType) and call not in MODULE_CALLS:
+            return tx.inline_function(call, [self, *args], kwargs)
+        return self.call_forward(tx, args, kwargs)
+
+    def call_forward(self, tx, args, kwargs):
+        """What ``nn.Module.__call__`` does: the forward inlined, for a module without hooks."""
         mod = self.module
         if _has_hooks(mod):
             raise Unsupported(f"calling {self.describe()}, which has hooks registered",
                               "framejit does not run module hooks inside a graph yet; remove the hooks "
                               "or compile the module's parts without them")
         forward = mod.__dict__.get("forward")
-        tx.output.guards.add(NoHooksGuard(self.source, own_forward=forward is not None))
+        tx.output.guards.add(NoHooksGuard(self.source, own_forward=forward is not None, typ=type(mod)))
         if forward is not None:
             from .builder import wrap
             return wrap(tx, forward, AttrSource(self.source, "forward")).call(tx, args, kwargs)
@@ -169,7 +178,17 @@ class ModuleValue(Value):
         return tx.inline_function(fn, [self, *args], kwargs)
 
     def _children(self, tx) -> list[Value]:
-        return [self._member(tx, "_modules", k) for k in self.module._modules]
+        return [self._member(tx, "_modules", k) for k in self._table_keys(tx, "_modules")]
+
+    def _table_keys(self, tx, table: str) -> list:
+        """The keys of the module's table ``table`` (``_modules``, ``_parameters``, a
+        ParameterDict's ``_keys``), guarded: a layer appended to a ModuleList after the capture
+        (or a key added to a ModuleDict) recompiles, where the loop over it had kept its length."""
+        d = self.module.__dict__[table]
+        keys = tuple(d)
+        if self.source is not None:
+            tx.output.guards.add(DictKeysGuard(AttrSource(self.source, table), type(d), keys))
+        return list(keys)
 
     def make_iterator(self, tx):
         return IteratorValue(self.iterate(tx))  # over a snapshot of the items
@@ -180,20 +199,27 @@ class ModuleValue(Value):
         if fn is not None:
             return tx.inline_function(fn, [self], {}).iterate(tx)
         if isinstance(mod, nn.ParameterDict):
-            return [const(k) for k in mod._keys]
+            return [const(k) for k in self._table_keys(tx, "_keys")]
         if isinstance(mod, (nn.Sequential, nn.ModuleList)):
             return self._children(tx)
         if isinstance(mod, nn.ModuleDict):
-            return [const(k) for k in mod._modules]
+            return [const(k) for k in self._table_keys(tx, "_modules")]
         if isinstance(mod, (nn.ParameterList,)):
-            return [self._member(tx, "_parameters", k) for k in mod._parameters]
+            return [self._member(tx, "_parameters", k) for k in self._table_keys(tx, "_parameters")]
         raise Unsupported(f"iterating over {self.describe()}")
 
     def length(self, tx):
         fn = self._user_dunder(tx, "__len__")
         if fn is not None:
             return tx.inline_function(fn, [self], {}).as_constant()
-        return len(self.module)
+        mod = self.module
+        if isinstance(mod, (nn.Sequential, nn.ModuleList, nn.ModuleDict)):
+            return len(self._table_keys(tx, "_modules"))
+        if isinstance(mod, nn.ParameterDict):
+            return len(self._table_keys(tx, "_keys"))
+        if isinstance(mod, nn.ParameterList):
+            return len(self._table_keys(tx, "_parameters"))
+        return len(mod)
 
     def getitem(self, tx, key):
         mod = self.module
@@ -202,13 +228,13 @@ class ModuleValue(Value):
             return tx.inline_function(fn, [self, key], {})
         k = key.as_constant()
         if isinstance(mod, nn.ParameterDict) and isinstance(k, str):
-            if k not in mod._keys:
+            if k not in self._table_keys(tx, "_keys"):
                 raise_python(KeyError, k)
             return self.getattr(tx, k)  # a parameter, a buffer or a plain attribute
         if isinstance(mod, nn.ModuleDict):
             return self._member(tx, "_modules", k)
         if isinstance(mod, (nn.Sequential, nn.ModuleList)) and isinstance(k, int):
-            keys = list(mod._modules)
+            keys = self._table_keys(tx, "_modules")
             try:
                 return self._member(tx, "_modules", keys[k])
             except IndexError as e:
@@ -216,7 +242,7 @@ class ModuleValue(Value):
         if isinstance(mod, nn.ModuleList) and isinstance(k, slice):
             return ListValue(self._children(tx)[k])
         if isinstance(mod, nn.ParameterList) and isinstance(k, int):
-            return self._member(tx, "_parameters", list(mod._parameters)[k])
+            return self._member(tx, "_parameters", self._table_keys(tx, "_parameters")[k])
         raise Unsupported(f"indexing {self.describe()} with {key.describe()}")
 
     def call_named(self, tx, name: str):
@@ -225,15 +251,17 @@ class ModuleValue(Value):
         if name == "children":
             return ListValue(self._children(tx))
         if name == "named_children":
-            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)])
+                              for k in self._table_keys(tx, "_modules")])
         if name in ("keys",) and isinstance(mod, nn.ModuleDict):
-            return ListValue([const(k) for k in mod._modules])
+            return ListValue([const(k) for k in self._table_keys(tx, "_modules")])
         if name in ("values",) and isinstance(mod, nn.ModuleDict):
             return ListValue(self._children(tx))
         if name in ("items",) and isinstance(mod, nn.ModuleDict):
-            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)]) for k in mod._modules])
+            return ListValue([TupleValue([const(k), self._member(tx, "_modules", k)])
+                              for k in self._table_keys(tx, "_modules")])
         if isinstance(mod, nn.ParameterDict) and name in ("keys", "values", "items"):
-            keys = list(mod._keys)
+            keys = self._table_keys(tx, "_keys")
             if name == "keys":
                 return ListValue([const(k) for k in keys])
             values = [self.getattr(tx, k) for k in keys]
@@ -244,6 +272,10 @@ class ModuleValue(Value):
 
 
 _CONTAINER_METHODS = {"children", "named_children", "keys", "values", "items"}
+
+#: ``nn.Module.__call__`` and what it calls: reached as functions (``super().__call__(x)`` in a
+#: module's own ``__call__``), they run the module's forward as a call of the module does.
+MODULE_CALLS = frozenset({vars(nn.Module)["__call__"], nn.Module._call_impl})
 
 
 def is_builtin_container_method(mod: nn.Module, name: str) -> bool:
