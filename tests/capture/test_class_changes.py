@@ -338,3 +338,27 @@ def test_a_submodule_whose_class_is_assigned_recompiles(stats):
     _module_follows(lambda model: setattr(model.inner.fc, "__class__", Tripling))
     assert stats.recompiles == 1
     assert "type(" in stats.recompile_reasons[-1][1] and "Linear → Tripling" in stats.recompile_reasons[-1][1]
+
+
+class _WithTable(nn.Module):
+    TABLE = {"k": 2.0}
+    SIZES = [1.0, 2.0]
+
+    def forward(self, x):
+        return x * self.TABLE["k"] + sum(self.SIZES)
+
+
+def test_a_module_class_s_dict_and_list_are_guarded(stats):
+    """What a module class's dict or list held was taken as fixed."""
+    model = _WithTable()
+    compiled = framejit.compile(model)
+    x = torch.randn(2, 4)
+    _agrees(compiled, model, x)
+    _WithTable.TABLE["k"] = 5.0
+    _WithTable.SIZES.append(4.0)
+    try:
+        _agrees(compiled, model, x)
+    finally:
+        _WithTable.TABLE["k"] = 2.0
+        _WithTable.SIZES.pop()
+    assert stats.recompiles == 1

@@ -11,7 +11,7 @@ from torch import nn
 from ...errors import Unsupported
 from ..guards import DictKeysGuard, NoHooksGuard
 from ..sources import AttrSource, ModuleMemberSource
-from .attributes import guarded_lookup, python_getattr_hook
+from .attributes import guarded_find, guarded_lookup, python_getattr_hook
 from .base import BoundMethod, Value
 from .constants import const
 from .containers import IteratorValue, ListValue, TupleValue
@@ -52,7 +52,7 @@ class ModuleValue(Value):
         return wrap(tx, self.module.__dict__[table][name], ModuleMemberSource(self.source, table, name))
 
     def getattr(self, tx, name):
-        from .builder import wrap, wrap_sourceless
+        from .builder import _is_constant, from_library, wrap, wrap_sourceless
 
         written = tx.output.side_effects.load_attr(self, name)
         if written is not None:
@@ -61,7 +61,7 @@ class ModuleValue(Value):
         # class's other attributes, then Module.__getattr__ (parameters, buffers, submodules).
         # A method named like a submodule is therefore the method, as in eager.
         mod = self.module
-        attr = guarded_lookup(tx, type(mod), name)
+        klass, attr = guarded_find(tx, type(mod).__mro__, name)
         if isinstance(attr, property):
             return tx.inline_function(attr.fget, [self], {})
         d = mod.__dict__
@@ -84,6 +84,12 @@ class ModuleValue(Value):
             if isinstance(attr, classmethod):
                 from .functions import MethodValue
                 return MethodValue(attr.__func__, wrap_sourceless(tx, type(mod)))
+            if self.source is not None and not hasattr(type(attr), "__get__") \
+                    and not _is_constant(attr) and not from_library(klass):
+                # A user class's dict, list or object (``TABLE = {...}`` in the class body):
+                # read through the module and guarded, as the instance's attributes are (what
+                # it held was taken as fixed).
+                return wrap(tx, attr, AttrSource(self.source, name))
             value = wrap_sourceless(tx, getattr(mod, name))
             if name == "__dict__":  # the storage of the attributes this capture reads and writes
                 tx.output.side_effects.note_dict(value, mod.__dict__)
