@@ -7,9 +7,12 @@ torch build or venv adds records and none removes any, so a folder that is never
 without end (6.4 GB and 1.1 million files after a few hundred test runs here).
 
 :func:`note_write` keeps each folder under ``FRAMEJIT_CACHE_MAX_MB`` (default 1024; 0 = never
-prune): the first time a process writes to a folder, and at most once a day per folder (a stamp
-file remembers when), a background thread removes the records written or used longest ago until
-the folder holds three quarters of its budget (sizes in disk blocks). A record in use is safe to remove: a loaded shared object stays
+prune): a background thread removes the records written or used longest ago until the folder
+holds three quarters of its budget (sizes in disk blocks). It runs the first time a process
+writes to a folder whose last pruning is a day old (a stamp file remembers when), and whenever
+the records written to a folder since its last pruning add up to a quarter of its budget (a
+tally file counts them, for all processes): a day of fuzzing or test runs had written 4 GB
+between two prunings. A record in use is safe to remove: a loaded shared object stays
 mapped, and a record that is gone is a cache miss, rebuilt on the next use.
 
 A leaf: it imports nothing of framejit, so every layer may use it.
@@ -21,12 +24,16 @@ import os
 import threading
 import time
 
-#: How often (seconds) a folder is looked over, at most.
+#: How often (seconds) a folder is looked over when little is written to it.
 PRUNE_EVERY = 24 * 3600
 _STAMP = ".pruned"
+#: The tally of what was written since the last pruning: a byte per started ``_UNIT`` bytes.
+_TALLY = ".written"
+_UNIT = 64 * 1024
 
 _lock = threading.Lock()
 _seen: set[str] = set()  # folders this process has looked at (or decided not to)
+_pruning: set[str] = set()  # folders this process prunes now
 
 
 def root() -> str:
@@ -59,35 +66,64 @@ def note_use(path: str) -> None:
         pass
 
 
-def note_write(path: str) -> threading.Thread | None:
-    """Called after a process writes a record into ``path`` (a folder of :func:`folder`): the
-    first call per folder and process prunes it when its last pruning is a day old, in a
-    background thread (looking over a million records takes seconds), which it returns."""
-    if path in _seen:
-        return None
-    with _lock:
-        if path in _seen:
-            return None
-        _seen.add(path)
+def note_write(path: str, nbytes: int = 0) -> threading.Thread | None:
+    """Called after a process writes a record of ``nbytes`` bytes into ``path`` (a folder of
+    :func:`folder`): prunes the folder in a background thread (looking over a million records
+    takes seconds) when it is due, and returns that thread."""
+    first = False
+    if path not in _seen:
+        with _lock:
+            first = path not in _seen
+            _seen.add(path)
     budget = budget_bytes()
     if not budget:
         return None
-    stamp = os.path.join(path, _STAMP)
+    due = _tally(path, nbytes) * _UNIT > budget // 4
+    if first and not due:
+        try:
+            due = time.time() - os.stat(os.path.join(path, _STAMP)).st_mtime >= PRUNE_EVERY
+        except OSError:
+            due = True  # never pruned
+    return _start_prune(path, budget) if due else None
+
+
+def _tally(path: str, nbytes: int) -> int:
+    """Count a record of ``nbytes`` into the folder's tally; the tally now (in units)."""
     try:
-        if time.time() - os.stat(stamp).st_mtime < PRUNE_EVERY:
-            return None
+        with open(os.path.join(path, _TALLY), "ab") as f:
+            f.write(b"." * (1 + nbytes // _UNIT))  # (appends of a few bytes do not interleave)
+            return f.tell()
     except OSError:
-        pass  # never pruned
-    worker = threading.Thread(target=prune, args=(path, budget), daemon=True,
-                              name="framejit-cache-prune")
+        return 0
+
+
+def _start_prune(path: str, budget: int) -> threading.Thread | None:
+    with _lock:
+        if path in _pruning:
+            return None
+        _pruning.add(path)
+
+    def work():
+        try:
+            prune(path, budget)
+        finally:
+            with _lock:
+                _pruning.discard(path)
+
+    worker = threading.Thread(target=work, daemon=True, name="framejit-cache-prune")
     try:
         os.makedirs(path, exist_ok=True)
         worker.start()  # (Python 3.12 starts no thread once the interpreter shuts down)
-        with open(stamp, "w"):
-            pass  # other processes skip this folder from now on
+        for name in (_STAMP, _TALLY):
+            with open(os.path.join(path, name), "w"):
+                pass  # pruned now; other processes skip this folder for a day, or a quarter
     except (OSError, RuntimeError):
         pass  # a cache that cannot be pruned only costs disk
-    return worker if worker.ident is not None else None
+    if worker.ident is None:
+        with _lock:
+            _pruning.discard(path)
+        return None
+    return worker
 
 
 def _disk_bytes(st: os.stat_result) -> int:
@@ -116,7 +152,7 @@ def prune(path: str, budget: int) -> int:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
                     folders.append(entry.path)
-                elif entry.name != _STAMP:
+                elif entry.name not in (_STAMP, _TALLY):
                     st = entry.stat(follow_symlinks=False)
                     size = _disk_bytes(st)
                     records.append((st.st_mtime, size, entry.path))

@@ -65,11 +65,30 @@ def test_a_folder_is_pruned_once_a_day_and_not_when_the_budget_is_zero(fresh, mo
     assert diskcache.note_write(folder) is None  # this process has looked at the folder already
     monkeypatch.setattr(diskcache, "_seen", set())
     diskcache.note_write(folder).join()
-    assert sorted(os.listdir(folder)) == [".pruned", "r5", "r6", "r7"]
+    assert sorted(os.listdir(folder)) == [".pruned", ".written", "r5", "r6", "r7"]
     _record(os.path.join(folder, "r8"), 4 * 2**20, age_days=0)
     monkeypatch.setattr(diskcache, "_seen", set())  # another process, the same day
     assert diskcache.note_write(folder) is None
     assert "r5" in os.listdir(folder)
+
+
+def test_a_folder_written_to_a_quarter_of_its_budget_is_pruned_the_same_day(fresh, monkeypatch):
+    # Many processes each writing a little (a fuzzing campaign's workers, a test run): the
+    # tally of what they wrote since the last pruning triggers the next.
+    monkeypatch.setenv("FRAMEJIT_CACHE_MAX_MB", "8")
+    folder = diskcache.folder("c")
+    for i in range(12):
+        _record(os.path.join(folder, f"r{i}"), 2**20, age_days=12 - i)
+    with open(os.path.join(folder, ".pruned"), "w"):
+        pass  # pruned a moment ago: the daily rule waits
+    assert diskcache.note_write(folder, 2**20) is None  # a first record: an eighth of the budget
+    assert len(os.listdir(folder)) == 14
+    monkeypatch.setattr(diskcache, "_seen", set())  # another process, the same day
+    diskcache.note_write(folder, 2**20).join()  # a quarter now
+    assert set(os.listdir(folder)) == {".pruned", ".written", *(f"r{i}" for i in range(6, 12))}
+    with open(os.path.join(folder, ".written"), "rb") as f:
+        assert f.read() == b""  # counted from zero again
+    assert diskcache.note_write(folder, 0) is None
 
 
 def test_compiling_a_c_kernel_prunes_the_c_cache(fresh, monkeypatch):

@@ -187,7 +187,11 @@ def _compile(command: list[str], flags: tuple[str, ...], unit: str, folder: str,
             f"{' '.join(command)} failed on {source}:\n{result.stderr[-2000:]}")
     os.replace(tmp, path)
     c_counters["compiles"] += 1
-    diskcache.note_write(folder)
+    try:
+        written = os.path.getsize(path) + len(unit)
+    except OSError:
+        written = len(unit)
+    diskcache.note_write(folder, written)
 
 
 def address_of(launcher: CLauncher) -> int:

@@ -100,7 +100,7 @@ def load_kernel(kernel: Kernel, source: str):
             with open(tmp, "w") as f:
                 f.write(source)
             os.replace(tmp, path)
-            diskcache.note_write(os.path.dirname(path))
+            diskcache.note_write(os.path.dirname(path), len(source))
         spec = importlib.util.spec_from_file_location(f"framejit_kernel_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         module._jit = triton.jit
