@@ -14,6 +14,19 @@ def _agrees(compiled, fn, *args):
     torch.testing.assert_close(compiled(*args), fn(*args))
 
 
+def _follows(fn, *changes):
+    """Compiled ``fn`` against eager before and after each change (a function of nothing) and
+    once more after the last; returns the compiled function."""
+    compiled = framejit.compile(fn)
+    x = torch.randn(4)
+    _agrees(compiled, fn, x)
+    for change in changes:
+        change()
+        _agrees(compiled, fn, x)
+    _agrees(compiled, fn, x)
+    return compiled
+
+
 def _make_class():
     class Scaler:
         factor = 2.0
@@ -43,34 +56,17 @@ def test_a_method_replaced_on_the_class_recompiles(stats):
     Scaler = _make_class()
     obj = Scaler()
 
-    def f(x):
-        return obj.apply(x)
-
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Scaler.apply = lambda self, x: x * 11
-    _agrees(compiled, f, x)
+    _follows(lambda x: obj.apply(x), lambda: setattr(Scaler, "apply", lambda self, x: x * 11))
     assert stats.recompiles == 1
     assert "Scaler.__dict__['apply']: a different object" in stats.recompile_reasons[-1][1]
-    _agrees(compiled, f, x)
-    assert stats.recompiles == 1
 
 
 def test_a_property_replaced_on_the_class_recompiles(stats):
     Scaler = _make_class()
     obj = Scaler()
 
-    def f(x):
-        return x * obj.v
-
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Scaler.v = property(lambda self: 9.0)
-    _agrees(compiled, f, x)
-    Scaler.v = 4.0  # a plain class attribute now
-    _agrees(compiled, f, x)
+    _follows(lambda x: x * obj.v, lambda: setattr(Scaler, "v", property(lambda self: 9.0)),
+             lambda: setattr(Scaler, "v", 4.0))  # a plain class attribute now
     assert stats.recompiles == 2
 
 
@@ -81,15 +77,10 @@ def test_static_and_class_methods_replaced_recompile(stats):
     def f(x):
         return Scaler.static(x) + obj.from_class(x) + Scaler.from_class(x)
 
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    for _ in range(3):  # a bound classmethod is a new object on every read: no recompile
-        _agrees(compiled, f, x)
+    _follows(f)  # a bound classmethod is a new object on every read: no recompile
     assert stats.recompiles == 0
-    Scaler.static = staticmethod(lambda x: x * 100)
-    _agrees(compiled, f, x)
-    Scaler.from_class = classmethod(lambda cls, x: x - cls.factor)
-    _agrees(compiled, f, x)
+    _follows(f, lambda: setattr(Scaler, "static", staticmethod(lambda x: x * 100)),
+             lambda: setattr(Scaler, "from_class", classmethod(lambda cls, x: x - cls.factor)))
     assert stats.recompiles == 2
 
 
@@ -102,15 +93,7 @@ def test_a_method_defined_later_on_a_subclass_hides_the_base_s(stats):
         pass
 
     obj = Derived()
-
-    def f(x):
-        return obj.run(x)
-
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Derived.run = lambda self, x: x * 7
-    _agrees(compiled, f, x)
+    _follows(lambda x: obj.run(x), lambda: setattr(Derived, "run", lambda self, x: x * 7))
     assert stats.recompiles == 1
     assert "'run' in Derived.__dict__: False → True" in stats.recompile_reasons[-1][1]
 
@@ -125,15 +108,7 @@ def test_a_base_method_reached_through_super_replaced_recompiles(stats):
             return super().run(x) * 2
 
     obj = Derived()
-
-    def f(x):
-        return obj.run(x)
-
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Base.run = lambda self, x: x - 5
-    _agrees(compiled, f, x)
+    _follows(lambda x: obj.run(x), lambda: setattr(Base, "run", lambda self, x: x - 5))
     assert stats.recompiles == 1
 
 
@@ -162,15 +137,9 @@ def test_protocol_methods_replaced_recompile(stats):
             y = table(x) * d
         return y + len(table)
 
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Table.__call__ = lambda self, x: x - self.k
-    _agrees(compiled, f, x)
-    Table.__len__ = lambda self: 5
-    _agrees(compiled, f, x)
-    Doubling.__enter__ = lambda self: 3.0
-    _agrees(compiled, f, x)
+    _follows(f, lambda: setattr(Table, "__call__", lambda self, x: x - self.k),
+             lambda: setattr(Table, "__len__", lambda self: 5),
+             lambda: setattr(Doubling, "__enter__", lambda self: 3.0))
     assert stats.recompiles == 3
 
 
@@ -185,14 +154,7 @@ def test_a_callable_object_held_by_a_class_is_read_through_it(stats):
     class Holder:
         step = Step()
 
-    def f(x):
-        return Holder.step(x)
-
-    compiled = framejit.compile(f)
-    x = torch.randn(4)
-    _agrees(compiled, f, x)
-    Holder.step.k = 5.0
-    _agrees(compiled, f, x)
+    _follows(lambda x: Holder.step(x), lambda: setattr(Holder.step, "k", 5.0))
     assert stats.recompiles == 1
 
 
