@@ -52,7 +52,7 @@ class OutputGraph:
         self.source_values: dict = {}
         #: id(object) -> (object, value) for mutable objects from outside (one value each).
         self.mutable_values: dict = {}
-        #: (class, name) of the class attributes guarded so far (attributes.guarded_lookup).
+        #: (class, name, found) of the class dict entries guarded so far (attributes.guarded_find).
         self.class_lookups: set = set()
         #: id of a tensor from outside used by identity -> the sources it was read from
         self.identity_keys: dict = {}

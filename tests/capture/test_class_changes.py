@@ -324,3 +324,19 @@ def test_a_module_class_s_dict_and_list_are_guarded(stats):
         _WithTable.TABLE["k"] = 2.0
         _WithTable.SIZES.pop()
     assert stats.recompiles == 1
+
+
+def test_a_method_found_on_a_shared_base_is_guarded_for_each_subclass(stats):
+    class Base:
+        def run(self, x):
+            return x + 1
+
+    class Left(Base):
+        pass
+
+    class Right(Base):
+        pass
+
+    left, right = Left(), Right()
+    _follows(lambda x: left.run(x) * right.run(x), lambda: setattr(Right, "run", lambda self, x: x * 7))
+    assert stats.recompiles == 1

@@ -56,17 +56,20 @@ def guarded_find(tx, mro, name: str) -> tuple:
         before.append(klass)
     else:
         return None, MISSING
-    done = tx.output.class_lookups
-    if (klass, name) not in done and _user_class(klass):
-        from ..guards import EqualsGuard, IdGuard
-        from ..sources import AttrSource, InstanceDictHasSource, ItemSource, ObjectSource
+    if not _user_class(klass):
+        return klass, attr
+    from ..guards import EqualsGuard, IdGuard
+    from ..sources import AttrSource, InstanceDictHasSource, ItemSource, ObjectSource
 
-        done.add((klass, name))
-        guards = tx.output.guards
+    done = tx.output.class_lookups  # (class, name, whether it holds the name), guarded once
+    guards = tx.output.guards
+    if (klass, name, True) not in done:
+        done.add((klass, name, True))
         guards.add(IdGuard(ItemSource(AttrSource(ObjectSource(klass), "__dict__"), name), attr))
-        for other in before:
-            if _user_class(other):
-                guards.add(EqualsGuard(InstanceDictHasSource(ObjectSource(other), name), False))
+    for other in before:
+        if (other, name, False) not in done and _user_class(other):
+            done.add((other, name, False))
+            guards.add(EqualsGuard(InstanceDictHasSource(ObjectSource(other), name), False))
     return klass, attr
 
 
