@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .sources import ConstNames, Source, SourceLoader
+from .values.lookup import HEAPTYPE
 
 _guard_ids = itertools.count()
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
 #: Whether autocast is on for any device (one C call; also used by the capture's tensor code).
@@ -86,7 +86,7 @@ class IdGuard(Guard):
         # The same object has the same type, but for an instance of a class written in
         # Python, whose __class__ can be assigned: a type test on it stays.
         t = type(self.obj)
-        return None if t.__flags__ & _HEAPTYPE else t
+        return None if t.__flags__ & HEAPTYPE else t
 
     def reason(self, value):
         if value is self.obj:

@@ -30,7 +30,7 @@ from ...errors import Unsupported
 from .base import Value
 from .constants import const
 from .exceptions import raise_python
-from .lookup import MISSING, is_data_descriptor
+from .lookup import HEAPTYPE, MISSING, is_data_descriptor
 
 
 def guarded_lookup(tx, cls: type, name: str):
@@ -73,13 +73,10 @@ def guarded_find(tx, mro, name: str) -> tuple:
     return klass, attr
 
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
-
-
 def _user_class(klass: type) -> bool:
     from .builder import from_library
 
-    return bool(klass.__flags__ & _HEAPTYPE) and not from_library(klass)
+    return bool(klass.__flags__ & HEAPTYPE) and not from_library(klass)
 
 
 def generic_getattr(tx, inst, name: str):

@@ -27,11 +27,10 @@ from .base import Value
 from .constants import ConstantValue, const
 from .containers import DictValue, ListValue, TupleValue
 from .instances import ObjectValue
-from .lookup import MISSING
+from .lookup import HEAPTYPE, MISSING
 from .objects import UserObjectValue
 from .pycollections import SetValue
 
-_HEAPTYPE = 1 << 9
 #: Immutable plain data: what deepcopy returns as is.
 _ATOMIC = (type(None), bool, int, float, complex, str, bytes)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -43,7 +42,7 @@ def _copy_problem(tx, cls: type) -> str | None:
     class later recompiles."""
     from .attributes import guarded_lookup
 
-    if type(cls) not in (type, abc.ABCMeta) or not cls.__flags__ & _HEAPTYPE:
+    if type(cls) not in (type, abc.ABCMeta) or not cls.__flags__ & HEAPTYPE:
         return "its class is not a plain Python class"
     if cls in copy._deepcopy_dispatch or cls in copyreg.dispatch_table:
         return "copy has a special case for its class"

@@ -15,7 +15,7 @@ from ...errors import Unsupported
 from .base import Value
 from .constants import NONE, const
 from .containers import TupleValue
-from .lookup import metaclass_problem
+from .lookup import HEAPTYPE, metaclass_problem
 
 
 class PythonRaise(Exception):  # noqa: N818 (it is an event, not an error of ours)
@@ -80,7 +80,7 @@ def make_exception(cls: type, args: list[Value], kwargs: dict[str, Value]) -> Ex
         if klass is BaseException:
             break
         d = vars(klass)
-        if klass.__flags__ & (1 << 9) and ("__init__" in d or "__new__" in d or "__str__" in d):
+        if klass.__flags__ & HEAPTYPE and ("__init__" in d or "__new__" in d or "__str__" in d):
             raise Unsupported(f"creating a {cls.__name__} exception, whose class defines its own "
                               "__init__, __new__ or __str__")
     problem = metaclass_problem(cls)

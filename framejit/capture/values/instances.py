@@ -33,11 +33,9 @@ from .constants import NONE, ConstantValue, const
 from .containers import DictValue, IteratorValue, TupleValue
 from .exceptions import is_exception_class, make_exception
 from .functions import MethodValue, PartialValue
-from .lookup import MISSING, class_lookup, is_data_descriptor, metaclass_problem
+from .lookup import HEAPTYPE, MISSING, class_lookup, is_data_descriptor, metaclass_problem
 from .modules import create_module
 from .pyops import sequence_contains
-
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
 
 def _frozen_dataclass(cls) -> bool:
@@ -71,7 +69,7 @@ def plain_class_problem(cls: type, *, allow_dict: bool = True, tx=None) -> str |
         return problem
     base = dict_base(cls) if allow_dict else None
     for klass in cls.__mro__[:-1]:
-        if not klass.__flags__ & _HEAPTYPE and not (base is not None and klass in _DICT_BASES):
+        if not klass.__flags__ & HEAPTYPE and not (base is not None and klass in _DICT_BASES):
             return f"it derives from the builtin {klass.__name__}"
     new = lookup("__new__")
     if new is not vars(object)["__new__"] and not (base is not None and new is class_lookup(base, "__new__")):

@@ -12,6 +12,10 @@ import abc
 #: What :func:`class_lookup` returns, and instance-attribute lookups, for "not there".
 MISSING = object()
 
+#: Py_TPFLAGS_HEAPTYPE: set in ``cls.__flags__`` for a class written in Python (whose instances'
+#: ``__class__`` can be assigned), clear for builtin types.
+HEAPTYPE = 1 << 9
+
 
 def class_lookup(cls: type, name: str):
     """What ``type(obj).name`` finds for an instance: the first class in the MRO defining it."""
