@@ -108,3 +108,58 @@ def test_a_user_dict_at_the_address_of_a_freed_library_dict_is_not_a_library_s()
     assert not loads_stores._is_library_globals(user)
     import math
     assert loads_stores._is_library_globals(vars(math))
+
+
+LIBRARY_SOURCE = """
+class Collector:
+    def __init__(self):
+        self.current = None
+
+    def get(self):
+        return self.current
+
+
+COLLECTOR = Collector()
+
+
+def record(x):
+    found = COLLECTOR.get()
+    if found is not None:
+        found.append(x)
+    return x
+"""
+
+
+@pytest.fixture
+def fake_library():
+    """A module framejit takes for an installed package's (its file is under site-packages)."""
+    import os
+    import sysconfig
+
+    name = "fj_fake_installed_library"
+    module = types.ModuleType(name)
+    module.__file__ = os.path.join(sysconfig.get_paths()["purelib"], f"{name}.py")
+    sys.modules[name] = module
+    exec(compile(LIBRARY_SOURCE, module.__file__, "exec"), module.__dict__)
+    yield module
+    del sys.modules[name]
+
+
+def test_what_a_library_s_object_holds_is_guarded(fake_library, stats):
+    """transformers switches its output collector per call (an object a library module holds):
+    taken as fixed, a compiled hook kept appending to the first call's list."""
+    from framejit.capture.values.builder import is_library_module
+
+    assert is_library_module(fake_library)
+    compiled = framejit.compile(lambda x: fake_library.record(x * 2) + 1)
+    x = torch.ones(2)
+    first, second = [], []
+    fake_library.COLLECTOR.current = first
+    compiled(x)
+    fake_library.COLLECTOR.current = second
+    compiled(x)
+    compiled(x)
+    assert len(first) == 1 and len(second) == 2
+    fake_library.COLLECTOR.current = None
+    torch.testing.assert_close(compiled(x), x * 2 + 1)
+    assert len(second) == 2

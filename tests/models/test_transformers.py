@@ -152,6 +152,28 @@ def test_t5_cache_objects_match_eager():
     assert model.config.is_encoder_decoder  # the config the forward copied is left as it was
 
 
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_hidden_states_match_eager_on_every_call(name):
+    """transformers collects hidden states with forward hooks that append to a collector it
+    switches per call (an object its module holds): the compiled hooks kept appending to the
+    first call's lists, and later calls returned no hidden states."""
+    make, kwargs, _ = MODELS[name]
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make().eval()
+        model.config.output_hidden_states = True
+    compiled = framejit.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model(IDS, **kwargs).hidden_states
+        for _ in range(3):
+            got = compiled(IDS, **kwargs).hidden_states
+            assert len(got) == len(expected) == 3
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", list(MODELS) + list(CORPUS))
 def test_dynamic_sequence_lengths_are_one_graph_with_kernels(stats, name):
     """dynamic=True over three sequence lengths: one graph, no recompile, and fused C kernels

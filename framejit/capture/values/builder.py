@@ -290,9 +290,11 @@ def wrap_sourceless(tx, obj) -> Value:
     if t is tuple:
         items = [wrap_sourceless(tx, x) for x in obj]
         return TupleValue(items)
-    if t is list:
-        return borrowed(ListValue([wrap_sourceless(tx, x) for x in obj]), obj)
-    if t is dict:
+    if t is list or (t is dict and all(isinstance(k, (str, int)) for k in obj)):
+        # A library's list or dict (a registry filled at run time): read through the object
+        # and guarded, as an object's attributes are below.
+        return wrap(tx, obj, ObjectSource(obj))
+    if t is dict:  # keyed by other objects (classes, dtypes): read as it is now
         return borrowed(DictValue({k: wrap_sourceless(tx, v) for k, v in obj.items()}), obj)
     if is_backend_flags(obj):
         return BackendFlagsValue(obj)
@@ -307,4 +309,8 @@ def wrap_sourceless(tx, obj) -> Value:
         return ClassValue(obj)
     if callable(obj):
         return _wrap_callable(tx, obj, None)
-    return UserObjectValue(obj, None)
+    # An object reached without a path (a library module's global, a library function's default
+    # or closure): its state can change between calls (transformers' output collector is
+    # switched per call), so what is read from it is read through the object and guarded;
+    # taken as fixed, a compiled hook kept appending to the first call's lists.
+    return wrap(tx, obj, ObjectSource(obj))
