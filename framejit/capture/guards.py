@@ -21,6 +21,12 @@ from .values.lookup import HEAPTYPE
 _guard_ids = itertools.count()
 
 
+try:  # torch's C++ check of many tensors at once (GuardSet._batched_tensor_check)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
+
+
 #: Whether autocast is on for any device (one C call; also used by the capture's tensor code).
 any_autocast_enabled = getattr(torch._C, "_is_any_autocast_enabled", None) or (
     lambda: torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
@@ -351,6 +357,8 @@ class TensorGuard(Guard):
         self.shape = tuple(t.shape)
         self.stride = tuple(t.stride())
         self.requires_grad = t.requires_grad
+        #: The tensor itself until the guard function is built (see _batched_tensor_check).
+        self.example = t
 
     def code(self, v, names):
         return [
@@ -439,6 +447,8 @@ class GuardSet:
 
     #: Sources that have a NoHooksGuard already (one per module is enough).
     _no_hooks: set = field(default_factory=set, repr=False, compare=False)
+    #: The batched tensor check (False: not built yet; None: none).
+    _tensor_check: object = field(default=False, repr=False, compare=False)
 
     def add(self, guard: Guard) -> None:
         if isinstance(guard, NoHooksGuard):
@@ -474,8 +484,14 @@ class GuardSet:
         # function's source is compiled on every capture, and its size is most of that cost.
         implied = {(g.source, g.implied_type()) for g in self.guards if not isinstance(g, TypeGuard)}
         written: set[str] = set()
-        for guard in sorted(self.guards, key=lambda g: (_depth(g.source), g.order)):
+        ordered = sorted(self.guards, key=lambda g: (_depth(g.source), g.order))
+        check = self._batched_tensor_check([g for g in ordered if type(g) is TensorGuard])
+        batched: list[str] = []  # the values it checks, loaded where their guards stood, in order
+        for guard in ordered:
             if isinstance(guard, TypeGuard) and (guard.source, guard.typ) in implied:
+                continue
+            if check is not None and type(guard) is TensorGuard:
+                batched.append(value_of(guard.source))
                 continue
             if isinstance(guard, AliasGuard):
                 tests = guard.code2(value_of(guard.source), value_of(guard.other))
@@ -487,6 +503,8 @@ class GuardSet:
                 if test not in written:
                     written.add(test)
                     lines.append(test)
+        if batched:
+            lines.append(f"if not {names(check)}({', '.join(batched)}): return False")
         if self.size_guard is not None:
             lines.extend(self.size_guard.code_with(value_of))
         body = "\n        ".join(lines)
@@ -499,6 +517,35 @@ class GuardSet:
             f"    return True\n"
         )
         return src, names.namespace
+
+    def _batched_tensor_check(self, guards: list[TensorGuard]):
+        """One call that checks every tensor of a :class:`TensorGuard` (torch's C++
+        ``TensorGuards``, which Dynamo's guards use: type, dtype, device, requires_grad, sizes
+        and strides, about 60 ns a tensor where a Python line took 300 ns: a 4-layer GPT-2's 53
+        parameters and inputs cost 16 µs a call), or None where torch lacks it or it does not
+        take these tensors (their Python lines are written instead). Built once, from the
+        tensors themselves, which are then let go; ``guards`` in the order the guard function
+        checks them."""
+        if self._tensor_check is not False:
+            return self._tensor_check
+        examples = [g.example for g in guards]
+        for g in guards:
+            g.example = None
+        self._tensor_check = None
+        if len(guards) < 2 or _TensorGuards is None or any(t is None for t in examples):
+            return None
+        try:
+            # It records requires_grad as grad mode leaves it: under the grad mode the calls
+            # run in (guarded above), whatever capture switched since.
+            with torch.set_grad_enabled(self.global_state[0]):
+                check = _TensorGuards(*examples, dynamic_dims_sizes=[list(g.shape) for g in guards],
+                                      dynamic_dims_strides=[list(g.stride) for g in guards]).check
+                ok = check(*examples)
+            if ok:
+                self._tensor_check = check
+        except Exception:  # (a private API: any trouble, and the Python lines check)
+            pass
+        return self._tensor_check
 
     def build(self, argnames: tuple[str, ...], label: str):
         """Compile the guard function (a plain function of the frame's argument slots)."""
