@@ -47,6 +47,11 @@ class Summary:
     kernels: int = 0
     with_graphs: int = 0  # programs where compiling put something in a graph
     avoid: tuple = ()
+    budget: float | None = None  # seconds after which no new program starts
+
+    @property
+    def ran(self) -> int:
+        return sum(self.statuses.values())
 
     @property
     def differences(self) -> int:
@@ -57,7 +62,9 @@ class Summary:
         return self.statuses["crash"] + self.statuses["timeout"]
 
     def line(self) -> str:
-        return (f"fuzz: seed={self.seed} count={self.count} differences={self.differences} "
+        count = f"{self.count}" if self.ran >= self.count else \
+            f"{self.ran} (of {self.count}: the {self.budget:.0f}s budget ran out)"
+        return (f"fuzz: seed={self.seed} count={count} differences={self.differences} "
                 f"crashes={self.crashes} (timeouts {self.statuses['timeout']}) "
                 f"invalid={self.statuses['invalid'] + self.statuses['harness-error']} "
                 f"ill-conditioned={self.statuses['ill-conditioned']} "
@@ -66,9 +73,11 @@ class Summary:
 
 
 def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
-                 progress: bool = False, avoid: tuple = ()) -> Summary:
-    """Runs programs 0..count-1 of ``seed`` on ``jobs`` workers."""
-    summary = Summary(seed, count, avoid=tuple(avoid))
+                 progress: bool = False, avoid: tuple = (), budget: float | None = None) -> Summary:
+    """Runs programs 0..count-1 of ``seed`` on ``jobs`` workers, in order. With ``budget``, no
+    program starts after that many seconds: a slow machine runs programs 0..k-1, the same ones
+    in every run, k by its speed."""
+    summary = Summary(seed, count, avoid=tuple(avoid), budget=budget)
     todo: queue.Queue = queue.Queue()
     for index in range(count):
         todo.put(program_seed(seed, index))
@@ -78,7 +87,7 @@ def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
     def serve() -> None:
         worker = Worker(timeout)
         try:
-            while True:
+            while budget is None or time.monotonic() - start < budget:
                 try:
                     pseed = todo.get_nowait()
                 except queue.Empty:
@@ -88,7 +97,7 @@ def run_campaign(seed: int, count: int, jobs: int = 2, timeout: float = 120.0,
                 result["avoid"] = list(avoid)
                 with lock:
                     _record(summary, result)
-                    done = sum(summary.statuses.values())
+                    done = summary.ran
                     if progress and done % 250 == 0:
                         print(f"  {done}/{count} {dict(summary.statuses)} "
                               f"{time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)

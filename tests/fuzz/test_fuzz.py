@@ -14,15 +14,19 @@ from .pool import Worker
 # values cost about 1.6 times the float32-only ones in capture (meta kernels of more ops), so
 # the sample was 1250 + 320 of them where it had been 2000 + 500; the aliasing and module
 # statements (aliasing.py) cost 1.3 times more again (1.6 through the Triton interpreter):
-# 950 + 200.
+# 950 + 200. A two-core Zen 3 VM (2.25 GHz, no AVX-512) took 390 + 115 s for them, so each
+# sample also has a budget: no program starts after it, and a slower machine runs the first
+# programs of the same sequence (the summary line says how many).
 SEED = 20261123
 COUNT = 950
 KERNEL_COUNT = 200
+BUDGET = 150.0
+KERNEL_BUDGET = 60.0
 
 
 @pytest.mark.fuzz
 def test_fixed_seed_sample():
-    _check(run_campaign(SEED, COUNT, jobs=2))
+    _check(run_campaign(SEED, COUNT, jobs=2, budget=BUDGET))
 
 
 @pytest.mark.fuzz
@@ -30,11 +34,12 @@ def test_fixed_seed_sample_through_generated_kernels(monkeypatch):
     """The compiled side runs fusion groups as Triton kernels (the interpreter, on CPU)."""
     monkeypatch.setenv("FRAMEJIT_FUZZ_BACKEND", "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    _check(run_campaign(SEED + 1, KERNEL_COUNT, jobs=2))
+    _check(run_campaign(SEED + 1, KERNEL_COUNT, jobs=2, budget=KERNEL_BUDGET))
 
 
 def _check(summary):
     print(summary.line())
+    assert summary.ran > 0
     assert summary.statuses["invalid"] == 0, "the generator made programs that cannot run"
     assert summary.statuses["harness-error"] == 0, summary.failures[:1]
     if summary.failures:
@@ -143,3 +148,9 @@ def test_a_program_eager_cannot_hold_to_its_tolerance_is_ill_conditioned_not_a_d
         # where eager does not move, a difference is kept
         other = [{"kind": "result", "call": 1, "detail": "result[0]: tensor values differ (max abs diff 1)"}]
         assert runner._ill_conditioned(other, eager, runner.load(source, "test")) is False
+
+
+def test_a_spent_budget_starts_no_program_and_says_so():
+    summary = run_campaign(SEED, 5, jobs=1, budget=0.0)
+    assert summary.ran == 0
+    assert "count=0 (of 5: the 0s budget ran out)" in summary.line()
