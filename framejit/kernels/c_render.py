@@ -73,7 +73,6 @@ import functools
 import hashlib
 import math
 import re
-from collections.abc import Iterable
 
 import torch
 
@@ -182,15 +181,6 @@ PRELUDE = r"""
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-/* AVX-512 (or AVX2) intrinsics only in a unit that draws random numbers (FJ_RAND_SIMD, see
-   prelude_for): parsing <immintrin.h> is most of gcc's time on a graph's unit. */
-#if defined(__AVX512F__) && defined(FJ_RAND_SIMD)
-#include <immintrin.h>
-#define FJ_AVX512_RAND 1
-#elif defined(__AVX2__) && defined(FJ_RAND_SIMD)
-#include <immintrin.h>
-#define FJ_AVX2_RAND 1
 #endif
 
 /* glibc's vector math (libmvec): declared here because math.h declares it only under
@@ -713,11 +703,15 @@ static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, in
 
 /* Random numbers: Philox 4x32-10 keyed by the per-call seed. Box point i is word i & 3 of the
    block for counter i >> 2 (one block gives four points), as a float in [0, 1) from its top 24
-   bits. A loop that draws fills a local buffer for a tile of its points (fj_rand_fill), in
-   AVX-512 when the machine has it (8 counters per vector, one per 64-bit lane: vpmuludq
-   multiplies the low halves 32x32 -> 64, so each round is 2 multiplies, 2 shuffles and 2
-   three-way xors), else in AVX2 where it has that (4 counters per vector), and its vector
-   loop reads the buffer. Every path computes the same bits. */
+   bits. A loop that draws fills a local buffer for a tile of its points (fj_rand_fill), and
+   its vector loop reads the buffer. With gcc on AVX2 or AVX-512 the fill takes FJ_RAND_LANES
+   counters per vector, one per 64-bit lane (vpmuludq multiplies the low halves 32x32 -> 64),
+   FJ_RAND_GROUPS vectors at once so that a round's multiplies do not wait on the last round's:
+   8 lanes and 4 groups on AVX-512, 4 and 2 on AVX2 (whose 16 registers hold two; four groups
+   spilled, dropout+add 0.9x as fast). It is gcc's vector extensions and one builtin, not
+   <immintrin.h>, whose parsing took 0.7 of the 1.05 s a dropout's unit took to compile. Every
+   path computes the same bits as the scalar one (-DFJ_RAND_LANES=8 runs the AVX-512 form on
+   any machine, the multiply as plain vector code). */
 #define FJ_PHILOX_M0 0xD2511F53u
 #define FJ_PHILOX_M1 0xCD9E8D57u
 #define FJ_PHILOX_W0 0x9E3779B9u
@@ -740,9 +734,48 @@ static inline void fj_philox(uint64_t c, uint32_t k0, uint32_t k1, float *u) {
     u[2] = (float)(c2 >> 8) * 0x1p-24f;
     u[3] = (float)(c3 >> 8) * 0x1p-24f;
 }
-#ifdef FJ_AVX512_RAND
-static inline __m512 fj_unit16(__m512i w) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w, 8)), _mm512_set1_ps(0x1p-24f));
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__AVX2__) || defined(__AVX512F__))
+#ifndef FJ_RAND_LANES
+#ifdef __AVX512F__
+#define FJ_RAND_LANES 8
+#else
+#define FJ_RAND_LANES 4
+#endif
+#endif
+#define FJ_RAND_GROUPS (FJ_RAND_LANES == 8 ? 4 : 2)
+typedef uint64_t fj_rq __attribute__((vector_size(8 * FJ_RAND_LANES)));
+typedef long long fj_rll __attribute__((vector_size(8 * FJ_RAND_LANES)));
+typedef uint32_t fj_ru __attribute__((vector_size(8 * FJ_RAND_LANES)));
+typedef int32_t fj_rd __attribute__((vector_size(8 * FJ_RAND_LANES)));
+typedef float fj_rf __attribute__((vector_size(8 * FJ_RAND_LANES)));
+/* The low halves of a and b multiplied into 64 bits (vpmuludq; gcc makes the plain form
+   AVX-512's 64-bit multiply, vpmullq, three times the cost) */
+#if FJ_RAND_LANES == 8 && defined(__AVX512F__)
+#define FJ_MULU32(a, b) \
+    ((fj_rq)__builtin_ia32_pmuludq512_mask((fj_rd)(a), (fj_rd)(b), (fj_rll){0}, (unsigned char)-1))
+#elif FJ_RAND_LANES == 4
+#define FJ_MULU32(a, b) ((fj_rq)__builtin_ia32_pmuludq256((fj_rd)(a), (fj_rd)(b)))
+#else
+#define FJ_MULU32(a, b) (((a) & 0xFFFFFFFFu) * ((b) & 0xFFFFFFFFu))
+#endif
+#if FJ_RAND_LANES == 8
+#define FJ_RAND_LANE_IDS ((fj_rq){0, 1, 2, 3, 4, 5, 6, 7})
+#define FJ_RAND_FIRST ((fj_rq){0, 8, 1, 9, 2, 10, 3, 11})
+#define FJ_RAND_SECOND ((fj_rq){4, 12, 5, 13, 6, 14, 7, 15})
+#else
+#define FJ_RAND_LANE_IDS ((fj_rq){0, 1, 2, 3})
+#define FJ_RAND_FIRST ((fj_rq){0, 4, 1, 5})
+#define FJ_RAND_SECOND ((fj_rq){2, 6, 3, 7})
+#endif
+/* Words (w0 | w1 << 32, w2 | w3 << 32) of each counter's block, as two points per 64-bit lane
+   in point order, to floats in [0, 1) */
+static inline void fj_rand_store(const fj_rq *w01, const fj_rq *w23, float *u) {
+    const fj_rq first = __builtin_shuffle(*w01, *w23, FJ_RAND_FIRST);
+    const fj_rq second = __builtin_shuffle(*w01, *w23, FJ_RAND_SECOND);
+    const fj_rf a = __builtin_convertvector((fj_rd)((fj_ru)first >> 8), fj_rf) * 0x1p-24f;
+    const fj_rf b = __builtin_convertvector((fj_rd)((fj_ru)second >> 8), fj_rf) * 0x1p-24f;
+    memcpy(u, &a, sizeof a);
+    memcpy(u + 2 * FJ_RAND_LANES, &b, sizeof b);
 }
 #endif
 /* The points of [lo, hi) under `seed` into u, from point lo & ~3 (u[p - (lo & ~3)] is point p;
@@ -752,80 +785,33 @@ static inline void fj_rand_fill(int64_t seed, int64_t lo, int64_t hi, float *res
     const int64_t n = (int64_t)((((uint64_t)hi + 3) >> 2) - first);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
     int64_t j = 0;
-#ifdef FJ_AVX512_RAND
-    /* Four groups of 8 counters at once: a round's multiplies wait on the last round's. */
-    const __m512i m0 = _mm512_set1_epi64(FJ_PHILOX_M0), m1 = _mm512_set1_epi64(FJ_PHILOX_M1);
-    const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
-    /* (word a, word b) of counters 0 4 1 5 2 6 3 7: unpacking two such vectors by 64-bit
-       halves gives counters 0-3 and 4-7, each as its words 0 1 2 3 */
-    const __m512i pick = _mm512_setr_epi32(0, 16, 8, 24, 2, 18, 10, 26, 4, 20, 12, 28, 6, 22, 14, 30);
-    for (; j + 32 <= n; j += 32) {
-        __m512i c0[4], c1[4], c2[4], c3[4];  /* each word in the low half of its 64-bit lane */
-        for (int g = 0; g < 4; g++) {
-            c0[g] = _mm512_add_epi64(_mm512_set1_epi64((int64_t)(first + (uint64_t)(j + 8 * g))), lane);
-            c1[g] = _mm512_srli_epi64(c0[g], 32);
-            c2[g] = c3[g] = _mm512_setzero_si512();
+#ifdef FJ_RAND_LANES
+    const fj_rq m0 = (fj_rq){0} + FJ_PHILOX_M0, m1 = (fj_rq){0} + FJ_PHILOX_M1;
+    for (; j + FJ_RAND_LANES * FJ_RAND_GROUPS <= n; j += FJ_RAND_LANES * FJ_RAND_GROUPS) {
+        /* each word in the low half of its 64-bit lane; the high halves are never read */
+        fj_rq c0[FJ_RAND_GROUPS], c1[FJ_RAND_GROUPS], c2[FJ_RAND_GROUPS], c3[FJ_RAND_GROUPS];
+        for (int g = 0; g < FJ_RAND_GROUPS; g++) {
+            c0[g] = FJ_RAND_LANE_IDS + (first + (uint64_t)(j + FJ_RAND_LANES * g));
+            c1[g] = c0[g] >> 32;
+            c2[g] = c3[g] = (fj_rq){0};
         }
         uint32_t key0 = k0, key1 = k1;
+#pragma GCC unroll 10
         for (int i = 0; i < 10; i++) {
-            const __m512i x0 = _mm512_set1_epi32((int)key0), x1 = _mm512_set1_epi32((int)key1);
-            for (int g = 0; g < 4; g++) {
-                const __m512i p0 = _mm512_mul_epu32(c0[g], m0), p1 = _mm512_mul_epu32(c2[g], m1);
-                /* hi(p) ^ c ^ key in the low half: 0x96 is a three-way xor */
-                c0[g] = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(p1, _MM_PERM_CDAB), c1[g], x0, 0x96);
-                c2[g] = _mm512_ternarylogic_epi32(_mm512_shuffle_epi32(p0, _MM_PERM_CDAB), c3[g], x1, 0x96);
+            for (int g = 0; g < FJ_RAND_GROUPS; g++) {
+                const fj_rq p0 = FJ_MULU32(c0[g], m0), p1 = FJ_MULU32(c2[g], m1);
+                c0[g] = (p1 >> 32) ^ c1[g] ^ key0;
+                c2[g] = (p0 >> 32) ^ c3[g] ^ key1;
                 c1[g] = p1;
                 c3[g] = p0;
             }
             key0 += FJ_PHILOX_W0;
             key1 += FJ_PHILOX_W1;
         }
-        for (int g = 0; g < 4; g++) {
-            const __m512i a = _mm512_permutex2var_epi32(c0[g], pick, c1[g]);
-            const __m512i b = _mm512_permutex2var_epi32(c2[g], pick, c3[g]);
-            _mm512_storeu_ps(u + 4 * (j + 8 * g), fj_unit16(_mm512_unpacklo_epi64(a, b)));
-            _mm512_storeu_ps(u + 4 * (j + 8 * g) + 16, fj_unit16(_mm512_unpackhi_epi64(a, b)));
-        }
-    }
-#endif
-#ifdef FJ_AVX2_RAND
-    /* As the AVX-512 fill, 4 counters per vector (vpmuludq on 4 64-bit lanes; no three-way
-       xor, no two-source permute), two groups at once: AVX2's 16 registers hold them (four
-       groups spilled: dropout+add 0.9x as fast) */
-    const __m256i m0 = _mm256_set1_epi64x(FJ_PHILOX_M0), m1 = _mm256_set1_epi64x(FJ_PHILOX_M1);
-    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
-    for (; j + 8 <= n; j += 8) {
-        __m256i c0[2], c1[2], c2[2], c3[2];  /* each word in the low half of its 64-bit lane */
-        for (int g = 0; g < 2; g++) {
-            c0[g] = _mm256_add_epi64(_mm256_set1_epi64x((int64_t)(first + (uint64_t)(j + 4 * g))), lane);
-            c1[g] = _mm256_srli_epi64(c0[g], 32);
-            c2[g] = c3[g] = _mm256_setzero_si256();
-        }
-        uint32_t key0 = k0, key1 = k1;
-        for (int i = 0; i < 10; i++) {
-            const __m256i x0 = _mm256_set1_epi32((int)key0), x1 = _mm256_set1_epi32((int)key1);
-            for (int g = 0; g < 2; g++) {
-                const __m256i p0 = _mm256_mul_epu32(c0[g], m0), p1 = _mm256_mul_epu32(c2[g], m1);
-                c0[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(p1, 0xB1), c1[g]), x0);
-                c2[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_shuffle_epi32(p0, 0xB1), c3[g]), x1);
-                c1[g] = p1;
-                c3[g] = p0;
-            }
-            key0 += FJ_PHILOX_W0;
-            key1 += FJ_PHILOX_W1;
-        }
-        for (int g = 0; g < 2; g++) {
-            /* words 0 1 and 2 3 of each counter side by side, then counters 0 2 and 1 3 */
-            const __m256i a = _mm256_blend_epi32(c0[g], _mm256_slli_epi64(c1[g], 32), 0xAA);
-            const __m256i b = _mm256_blend_epi32(c2[g], _mm256_slli_epi64(c3[g], 32), 0xAA);
-            const __m256i even = _mm256_unpacklo_epi64(a, b), odd = _mm256_unpackhi_epi64(a, b);
-            const __m256 scale = _mm256_set1_ps(0x1p-24f);
-            const __m256i lo = _mm256_permute2x128_si256(even, odd, 0x20);
-            const __m256i hi = _mm256_permute2x128_si256(even, odd, 0x31);
-            _mm256_storeu_ps(u + 4 * (j + 4 * g), _mm256_mul_ps(
-                _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 8)), scale));
-            _mm256_storeu_ps(u + 4 * (j + 4 * g) + 8, _mm256_mul_ps(
-                _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), scale));
+        for (int g = 0; g < FJ_RAND_GROUPS; g++) {
+            const fj_rq w01 = (c0[g] & 0xFFFFFFFFu) | (c1[g] << 32);
+            const fj_rq w23 = (c2[g] & 0xFFFFFFFFu) | (c3[g] << 32);
+            fj_rand_store(&w01, &w23, u + 4 * (j + FJ_RAND_LANES * g));
         }
     }
 #endif
@@ -926,19 +912,10 @@ def render_function(kernel: Kernel, name: str | None = None) -> str:
     return _Renderer(kernel, name).function()
 
 
-def prelude_for(functions: Iterable[str]) -> str:
-    """The prelude of a translation unit holding ``functions``: with the AVX-512 random number
-    fill where one of them draws random numbers. Without it gcc parses no ``<immintrin.h>``:
-    0.13 s of the 0.2 s it took to compile BERT's kernels."""
-    if any("fj_rand_fill(" in f for f in functions):
-        return "#define FJ_RAND_SIMD 1\n" + PRELUDE
-    return PRELUDE
-
-
 def render_c(kernel: Kernel) -> str:
     """A complete translation unit: the prelude and the kernel's function."""
     function = render_function(kernel)
-    return prelude_for([function]) + "\n" + function
+    return PRELUDE + "\n" + function
 
 
 class _Renderer:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .. import diskcache, record
-from .c_render import PRELUDE, named_function, prelude_for
+from .c_render import PRELUDE, named_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
@@ -147,7 +147,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     command, version = find_compiler()
     options = (*flags(), *extra_flags())
     bodies = [functions[n] for n in names]
-    unit = prelude_for(bodies) + "\n" + "\n".join(bodies)
+    unit = PRELUDE + "\n" + "\n".join(bodies)
     key = hashlib.sha256("\0".join([unit, version, " ".join(command), *options]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
