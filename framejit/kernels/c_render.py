@@ -142,6 +142,9 @@ SHARED_BYTES = 65536
 #: A loop that converts fp16 and stores and reduces nothing takes tiles of two AVX-512
 #: vectors, kept in registers (see :meth:`_Renderer.vector_tiles`).
 REG_TILE = 32
+#: A sum of a 16-bit load's squares (an RMSNorm's) adds them as the tile converts the load
+#: (fj_h2f_sum_tile_squares); False: the loop stores the squares for fj_sum_tile (for tests).
+SQUARE_SUMS = True
 #: The ops a vector tile computes, and the prelude's function that does.
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more).
@@ -625,7 +628,9 @@ static inline uint16_t fj_f2h(float f) {
 /* fp16 (bf16) -> fp32 over a tile, a vector at a time (fj_h2fv / fj_bf2fv), the tail as
    FJ_HALF_TAIL takes it: FJ_VW halfs at h converted into f, and returned (fj_h2f_vec); a tile's
    (fj_h2f_tile); a tile's, and the sum of its values as fj_sum_tile adds them, in one pass (an
-   fp16 mean's first loop: 8% faster than two passes; fj_h2f_sum_tile). A bf16 tile's full
+   fp16 mean's first loop: 8% faster than two passes; fj_h2f_sum_tile); a tile's, and the sum of
+   its values' squares as fj_sum_tile adds their products, in one pass (an RMSNorm's first loop,
+   which stored the squares and added them in a second pass; fj_h2f_sum_tile_squares). A bf16 tile's full
    vector stores let its readers' vector loads forward from them: gcc's loop stored bf16 rows
    of 16 in two halves, and a softmax over them ran 2x slower in tiles than in plain loops. */
 static inline fj_vf fj_bf2fv(fj_vh w) {
@@ -679,6 +684,31 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
         const int64_t m = n - i; /* < FJ_VW */                                              \
         if (m > 0 && m < FJ_VW)                                                             \
             a1 += FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                              \
+        return fj_lanes_sum(a0, a1, a2, a3);                                                \
+    }                                                                                       \
+    static inline float sum_tile##_squares(const uint16_t *restrict h, float *restrict f,  \
+                                           int64_t n) {                                     \
+        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;                                \
+        int64_t i = 0;                                                                      \
+        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
+            v = vec(h + i, f + i);                                                          \
+            a0 += v * v;                                                                    \
+            v = vec(h + i + FJ_VW, f + i + FJ_VW);                                          \
+            a1 += v * v;                                                                    \
+            v = vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);                                  \
+            a2 += v * v;                                                                    \
+            v = vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);                                  \
+            a3 += v * v;                                                                    \
+        }                                                                                   \
+        for (; i + FJ_VW <= n; i += FJ_VW) {                                                \
+            v = vec(h + i, f + i);                                                          \
+            a0 += v * v;                                                                    \
+        }                                                                                   \
+        const int64_t m = n - i; /* < FJ_VW */                                              \
+        if (m > 0 && m < FJ_VW) {                                                           \
+            v = FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                                \
+            a1 += v * v;                                                                    \
+        }                                                                                   \
         return fj_lanes_sum(a0, a1, a2, a3);                                                \
     }
 FJ_HALF_TILES(fj_h2f, fj_h2f_vec, fj_h2f_tile, fj_h2f_sum_tile, fj_h2fv)
@@ -1910,6 +1940,17 @@ class _Renderer:
             # A sum over a value the loop keeps in a row buffer adds from there.
             rowbuf = {i: f"{self.row_buffer(i)} + fj_v" for i in fills if i not in self.scratch}
             summed = {i: begins.get(src, rowbuf.get(src, f"s{i}")) for i, src in tile_sums}
+            # A sum of an fp16 load's squares adds them as the load is converted (an RMSNorm's
+            # sum; fj_h2f_sum_tile_squares: the same products added in the same order as the
+            # loop storing them for fj_sum_tile, which took 1.6x the time).
+            squares = {}
+            for i, src in tile_sums:
+                op = k.ops[src]
+                if (SQUARE_SUMS and op.kind == "mul" and op.args[0] == op.args[1] and op.args[0] in loads
+                        and op.dtype == torch.float32 and summed[i] == f"s{i}"
+                        and op.args[0] not in squares):
+                    squares[op.args[0]] = i
+                    summed[i] = None
             arrays = ([f"e{i}" for i in tiled if i not in kept]
                       + [f"f{i}" for i in loads if i not in kept]
                       + [f"g{i}" for i in stores]
@@ -1922,7 +1963,7 @@ class _Renderer:
             # A sum of an fp16 load adds its values as they are converted (fj_h2f_sum_tile).
             summing = {}
             for i, src in tile_sums:
-                if src in loads and summed[i] == begins[src]:
+                if src in loads and summed[i] == begins[src] and src not in squares:
                     summing.setdefault(src, i)
             for i in loads:
                 start = self.contiguous_start(k.ops[i])
@@ -1933,6 +1974,9 @@ class _Renderer:
                 if i in summing:
                     self.lines.append(f"{ind}c{summing[i]} += {h2f}_sum_tile({start}, {begins[i]}, "
                                       f"fj_ve - fj_v);")
+                elif i in squares:
+                    self.lines.append(f"{ind}c{squares[i]} += {h2f}_sum_tile_squares({start}, "
+                                      f"{begins[i]}, fj_ve - fj_v);")
                 else:
                     self.lines.append(f"{ind}{h2f}_tile({start}, {begins[i]}, fj_ve - fj_v);")
             exp_sum = None  # the sum of the exps, which fj_exp_sub_tile also takes
@@ -1992,7 +2036,8 @@ class _Renderer:
                 self.lines.extend(f"{inner}{line}" for line in tail)
                 self.lines.append(f"{ind}}}")
             for i, _ in tile_sums:
-                if i not in summing.values() and i != exp_sum and i not in fused_sums:
+                if (i not in summing.values() and i != exp_sum and i not in fused_sums
+                        and i not in squares.values()):
                     self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
             for i in stores:
                 name = k.ops[i].args[0]

@@ -958,6 +958,38 @@ def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
         assert_close_to_eager(got, torch.nn.functional.layer_norm(x, x.shape[-1:]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_sums_of_half_squares_add_as_the_tile_converts(tmp_path, isa, threads, monkeypatch, dtype):
+    # An RMSNorm over fp16 rows (and bf16 rows that convert in tiles) sums its squares as each
+    # tile converts the row (fj_h2f_sum_tile_squares / fj_bf2f_sum_tile_squares): rows of 1024,
+    # of 1000 (a tail), of 24 (short rows), NaN and inf. The same bits as the loop that stored the squares for
+    # fj_sum_tile (SQUARE_SUMS off), the plain loop's values within rounding, and eager's.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+    name = "fj_h2f_sum_tile_squares(" if dtype == torch.float16 else "fj_bf2f_sum_tile_squares("
+
+    def rms_norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    for n in (1024, 1000, 24):
+        x = (torch.randn(7, n) * 3).to(dtype)
+        x[1, 3], x[2, 0], x[3, 5] = float("nan"), float("inf"), -float("inf")
+        w = torch.randn(n).to(dtype)
+        got, plain, source = _tiles_and_plain(rms_norm, (x, w), monkeypatch)
+        # (bf16 rows convert in tiles only where short and no whole number of vectors)
+        assert (name in source) == (dtype == torch.float16 or n == 24), source
+        _assert_same_bits(got, plain, sums=True)
+        assert_close_to_eager(got, rms_norm(x, w))
+        monkeypatch.setattr(c_render, "SQUARE_SUMS", False)
+        c_runtime.clear_memory_cache()
+        two_passes, backend = run_kernels(rms_norm, x, w)
+        monkeypatch.setattr(c_render, "SQUARE_SUMS", True)
+        c_runtime.clear_memory_cache()
+        assert name not in "".join(k.source for k in backend.kernels)
+        assert torch.equal(got.nan_to_num(), two_passes.nan_to_num())
+        assert torch.equal(got.isnan(), two_passes.isnan())
+
+
 def test_bf16_loads_of_short_rows_convert_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
     # A loop that sums or takes exp over bf16 rows shorter than 64 and no multiple of 32 (8,
     # 16, 24, 48) converts its bf16 loads a vector at a time into its tile (fj_bf2f_tile,
