@@ -962,8 +962,9 @@ def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
 def test_sums_of_half_squares_add_as_the_tile_converts(tmp_path, isa, threads, monkeypatch, dtype):
     # An RMSNorm over fp16 rows (and bf16 rows that convert in tiles) sums its squares as each
     # tile converts the row (fj_h2f_sum_tile_squares / fj_bf2f_sum_tile_squares): rows of 1024,
-    # of 1000 (a tail), of 24 (short rows), NaN and inf. The same bits as the loop that stored the squares for
-    # fj_sum_tile (SQUARE_SUMS off), the plain loop's values within rounding, and eager's.
+    # of 1000 (a tail), of 24 (short rows), NaN and inf. The same bits as the loop that stored
+    # the squares for fj_sum_tile (SQUARE_SUMS off), the plain loop's values within rounding,
+    # and eager's.
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
     name = "fj_h2f_sum_tile_squares(" if dtype == torch.float16 else "fj_bf2f_sum_tile_squares("
@@ -976,7 +977,8 @@ def test_sums_of_half_squares_add_as_the_tile_converts(tmp_path, isa, threads, m
         x[1, 3], x[2, 0], x[3, 5] = float("nan"), float("inf"), -float("inf")
         w = torch.randn(n).to(dtype)
         got, plain, source = _tiles_and_plain(rms_norm, (x, w), monkeypatch)
-        # (bf16 rows convert in tiles only where short and no whole number of vectors)
+        # (bf16 rows convert in tiles only where short and no whole number of vectors: over
+        # rows of 1024 a bf16 RMSNorm ran as fast through gcc's loop)
         assert (name in source) == (dtype == torch.float16 or n == 24), source
         _assert_same_bits(got, plain, sums=True)
         assert_close_to_eager(got, rms_norm(x, w))
