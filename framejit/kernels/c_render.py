@@ -656,6 +656,35 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
         FJ_TAIL_LOAD((f), (m));                                                             \
     })
 #endif
+/* A tile's values converted into f and summed as fj_sum_tile adds them: term(v) of each vector
+   v (the values, or their squares), four accumulators, the tail into the second */
+#define FJ_TERM_VALUE(v) (v)
+#define FJ_TERM_SQUARE(v) ((v) * (v))
+#define FJ_HALF_SUM(h2f, vec, name, convert, term)                                           \
+    static inline float name(const uint16_t *restrict h, float *restrict f, int64_t n) {   \
+        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;                                \
+        int64_t i = 0;                                                                      \
+        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
+            v = vec(h + i, f + i);                                                          \
+            a0 += term(v);                                                                  \
+            v = vec(h + i + FJ_VW, f + i + FJ_VW);                                          \
+            a1 += term(v);                                                                  \
+            v = vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);                                  \
+            a2 += term(v);                                                                  \
+            v = vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);                                  \
+            a3 += term(v);                                                                  \
+        }                                                                                   \
+        for (; i + FJ_VW <= n; i += FJ_VW) {                                                \
+            v = vec(h + i, f + i);                                                          \
+            a0 += term(v);                                                                  \
+        }                                                                                   \
+        const int64_t m = n - i; /* < FJ_VW */                                              \
+        if (m > 0 && m < FJ_VW) {                                                           \
+            v = FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                                \
+            a1 += term(v);                                                                  \
+        }                                                                                   \
+        return fj_lanes_sum(a0, a1, a2, a3);                                                \
+    }
 #define FJ_HALF_TILES(h2f, vec, tile, sum_tile, convert)                                      \
     static inline fj_vf vec(const uint16_t *restrict h, float *restrict f) {               \
         fj_vh w;                                                                            \
@@ -670,47 +699,8 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
             vec(h + i, f + i);                                                              \
         if (i < n) (void)FJ_HALF_TAIL(h2f, convert, h + i, f + i, n - i);                    \
     }                                                                                       \
-    static inline float sum_tile(const uint16_t *restrict h, float *restrict f, int64_t n) { \
-        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0;                                   \
-        int64_t i = 0;                                                                      \
-        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
-            a0 += vec(h + i, f + i);                                                        \
-            a1 += vec(h + i + FJ_VW, f + i + FJ_VW);                                        \
-            a2 += vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);                                \
-            a3 += vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);                                \
-        }                                                                                   \
-        for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
-            a0 += vec(h + i, f + i);                                                        \
-        const int64_t m = n - i; /* < FJ_VW */                                              \
-        if (m > 0 && m < FJ_VW)                                                             \
-            a1 += FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                              \
-        return fj_lanes_sum(a0, a1, a2, a3);                                                \
-    }                                                                                       \
-    static inline float sum_tile##_squares(const uint16_t *restrict h, float *restrict f,  \
-                                           int64_t n) {                                     \
-        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;                                \
-        int64_t i = 0;                                                                      \
-        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
-            v = vec(h + i, f + i);                                                          \
-            a0 += v * v;                                                                    \
-            v = vec(h + i + FJ_VW, f + i + FJ_VW);                                          \
-            a1 += v * v;                                                                    \
-            v = vec(h + i + 2 * FJ_VW, f + i + 2 * FJ_VW);                                  \
-            a2 += v * v;                                                                    \
-            v = vec(h + i + 3 * FJ_VW, f + i + 3 * FJ_VW);                                  \
-            a3 += v * v;                                                                    \
-        }                                                                                   \
-        for (; i + FJ_VW <= n; i += FJ_VW) {                                                \
-            v = vec(h + i, f + i);                                                          \
-            a0 += v * v;                                                                    \
-        }                                                                                   \
-        const int64_t m = n - i; /* < FJ_VW */                                              \
-        if (m > 0 && m < FJ_VW) {                                                           \
-            v = FJ_HALF_TAIL(h2f, convert, h + i, f + i, m);                                \
-            a1 += v * v;                                                                    \
-        }                                                                                   \
-        return fj_lanes_sum(a0, a1, a2, a3);                                                \
-    }
+    FJ_HALF_SUM(h2f, vec, sum_tile, convert, FJ_TERM_VALUE)                                 \
+    FJ_HALF_SUM(h2f, vec, sum_tile##_squares, convert, FJ_TERM_SQUARE)
 FJ_HALF_TILES(fj_h2f, fj_h2f_vec, fj_h2f_tile, fj_h2f_sum_tile, fj_h2fv)
 FJ_HALF_TILES(fj_bf2f, fj_bf2f_vec, fj_bf2f_tile, fj_bf2f_sum_tile, fj_bf2fv)
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
