@@ -41,13 +41,23 @@ lane2() {
     fi
 }
 
+# Each lane runs as a background job in a process group of its own (set -m), which the script
+# waits for: an interrupt or a TERM stops the script at once (a foreground command would have
+# delayed its trap to that command's end), and its trap stops both lanes' whole groups.
+set -m
 lane2 &
 lane2_pid=$!
-
-status=0
 echo
 echo "== capture and model tests on CPython $(version "$PY")"
-"$PY" -m pytest tests --ignore=tests/hook || status=1
+"$PY" -m pytest tests --ignore=tests/hook &
+lane1_pid=$!
+stop_lanes() {
+    kill -TERM -- "-$lane1_pid" "-$lane2_pid" 2>/dev/null
+}
+trap 'stop_lanes; exit 130' INT TERM
+
+status=0
+wait "$lane1_pid" || status=1
 wait "$lane2_pid"
 
 echo
