@@ -9,16 +9,16 @@ guard failed in the user's terms (``x.shape[0]: 8 → 16``) for the recompile lo
 
 from __future__ import annotations
 
-import itertools
 import linecache
 from dataclasses import dataclass, field
 
 import torch
 
+from ..fx_ir.graph_module import NumberPool
 from .sources import ConstNames, Source, SourceLoader
 from .values.lookup import HEAPTYPE
 
-_guard_ids = itertools.count()
+_guard_numbers = NumberPool()  # ___guard_N: see NumberPool
 
 
 try:  # torch's C++ check of many tensors at once (GuardSet._batched_tensor_check)
@@ -549,12 +549,14 @@ class GuardSet:
 
     def build(self, argnames: tuple[str, ...], label: str):
         """Compile the guard function (a plain function of the frame's argument slots)."""
-        fn_name = f"___guard_{next(_guard_ids)}"
+        number = _guard_numbers.take()
+        fn_name = f"___guard_{number}"
         src, namespace = self.python_source(argnames, fn_name)
         filename = f"<framejit-guard {label}>"
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
         exec(compile(src, filename, "exec"), namespace)
         fn = namespace[fn_name]
+        _guard_numbers.name_for(fn, number)
         fn.__framejit_source__ = src
         return fn
 

@@ -11,7 +11,6 @@ runs a code object in the caller's frame.
 from __future__ import annotations
 
 import dis
-import itertools
 import linecache
 import operator
 import re
@@ -23,6 +22,7 @@ from bytecode import UNSET, Bytecode, CellVar, FreeVar, Instr
 from .. import _C
 from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
+from ..fx_ir.graph_module import NumberPool
 from . import compat
 from . import rerun as rerun_mod
 from .assemble import to_code
@@ -34,7 +34,7 @@ from .sources import ConstNames, Source, SourceLoader
 from .values.contexts import autocast_enter, autocast_exit, autocast_state, restore_autocast_state
 from .values.tensor import TensorValue
 
-_entry_ids = itertools.count()
+_entry_numbers = NumberPool()  # ___entry_N: see NumberPool
 
 #: Graph calls that switch global state, which the entry function puts back if the graph raises.
 _STATE_SWITCHES = frozenset({torch._C._set_grad_enabled, autocast_enter, autocast_exit})
@@ -332,7 +332,8 @@ class OutputGraph:
         if rerun_call is not None:
             tail = [f"    {line}" for line in tail] + [rerun_call]
         lines.extend(tail)
-        fn_name = f"___entry_{next(_entry_ids)}"
+        number = _entry_numbers.take()
+        fn_name = f"___entry_{number}"
         body = "\n    ".join(lines)
         src = f"def {fn_name}({', '.join(argnames)}):\n    {body}\n"
         filename = f"<framejit-entry {label}>"
@@ -340,6 +341,7 @@ class OutputGraph:
         namespace = dict(cg.names.namespace)
         exec(compile(src, filename, "exec"), namespace)
         entry = namespace[fn_name]
+        _entry_numbers.name_for(entry, number)
         entry.__framejit_loads__ = cg.source_expr.sources  # for capture/readable/
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled
