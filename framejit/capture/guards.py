@@ -556,7 +556,7 @@ class GuardSet:
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
         exec(compile(src, filename, "exec"), namespace)
         fn = namespace[fn_name]
-        _guard_numbers.name_for(fn, number)
+        _guard_numbers.give_back_when_dead(fn, number)
         fn.__framejit_source__ = src
         return fn
 

@@ -341,7 +341,7 @@ class OutputGraph:
         namespace = dict(cg.names.namespace)
         exec(compile(src, filename, "exec"), namespace)
         entry = namespace[fn_name]
-        _entry_numbers.name_for(entry, number)
+        _entry_numbers.give_back_when_dead(entry, number)
         entry.__framejit_loads__ = cg.source_expr.sources  # for capture/readable/
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled

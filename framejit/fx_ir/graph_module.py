@@ -7,8 +7,8 @@ Example::
     print(gm.code)        # def forward(self, x): ... linear_weight = self.linear.weight ...
     fn = gm.forward_fn    # the same computation as a plain function of the inputs only
 
-The source is compiled under a file name no live function has (``<framejit-graph-N>``) registered in
-``linecache``, so tracebacks and pdb show the generated lines.
+The source is compiled under a file name that no live function has (``<framejit-graph-N>``),
+registered in ``linecache``, so tracebacks and pdb show the generated lines.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class NumberPool:
     def give_back(self, number: int) -> None:
         heapq.heappush(self._free, number)
 
-    def name_for(self, fn: Callable[..., Any], number: int) -> None:
+    def give_back_when_dead(self, fn: Callable[..., Any], number: int) -> None:
         """Give ``number`` back when ``fn`` dies."""
         weakref.finalize(fn, self.give_back, number)
 
