@@ -185,6 +185,12 @@ PRELUDE = r"""
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+/* A read of the cache line at p ahead of its loads (none where the compiler has no builtin) */
+#if defined(__GNUC__)
+#define FJ_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define FJ_PREFETCH(p) ((void)(p))
+#endif
 
 /* glibc's vector math (libmvec): declared here because math.h declares it only under
    -ffast-math, which framejit never uses. The runtime defines FJ_LIBMVEC (and links -lmvec)
@@ -2490,8 +2496,43 @@ class _Renderer:
             return
         self.lines.append(f"{indent}for (int64_t x = {lo}; x < {hi}; x++) {{")
         self.row_offsets(indent + "    ")
+        if not split:
+            self.prefetch_next_row(indent + "    ", hi)
         self.row(indent + "    ", plan, steps)
         self.lines.append(f"{indent}}}")
+
+    def prefetch_next_row(self, indent: str, hi: str) -> None:
+        """At the start of row ``x``, software prefetches of what row ``x + 1`` reads of each
+        input, a cache line at a time, where the row splits into pieces (:meth:`row_pieces`: a
+        rotary embedding's halves). Their loops read a row's two halves side by side and then
+        the other way round, a pattern the hardware prefetcher did not follow: the loads
+        stalled, and a bf16 rotary over 4096x1024 took as long as its cache-resident compute
+        plus a copy of its bytes. With the prefetches it ran 1.2-1.4x faster at one thread and
+        1.15x at two (Zen 3). Rows read whole, one loop after another, gained nothing: the
+        hardware streams those. Only contiguous rows whose next row is one step of ``x`` on."""
+        if self.row_pieces() is None or (isinstance(self.xnumel, int) and self.xnumel < 2):
+            return
+        (rdim,) = self.rdims
+        # What a load reads along the row: its span where it is one piece's operand.
+        extents: dict[str, int] = {}
+        for op in self.k.ops:
+            if op.kind != "load":
+                continue
+            spans = [a for a in op.args[1:] if isinstance(a, Span) and a.dim == rdim]
+            extent = spans[0].stop - spans[0].start if spans else self.rnumel
+            extents[op.args[0]] = max(extents.get(op.args[0], 0), extent)
+        lines = []
+        for b in self.row_inputs():
+            at = self._part(self.xdims, "(x + 1)", "fj_x", b.strides)
+            if b.strides[rdim] != 1 or not at or "fj_x" in at or b.name not in extents:
+                continue
+            size = extents[b.name] * b.dtype.itemsize
+            lines.append(f"{indent}    for (int64_t fj_b = 0; fj_b < {size}; fj_b += 64) "
+                         f"FJ_PREFETCH((const char *)({b.name} + {at}) + fj_b);")
+        if lines:
+            self.lines.append(f"{indent}if (x + 1 < {hi}) {{")
+            self.lines.extend(lines)
+            self.lines.append(f"{indent}}}")
 
     def dynamic_blocks(self, indent: str, head: str) -> None:
         """:meth:`block_rows` with run-time sizes: blocks in a function over a range of them,

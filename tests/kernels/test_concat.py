@@ -235,3 +235,24 @@ def test_c_runs_one_loop_per_piece_of_a_row_cut_by_a_cat(renderer, device):
     (launcher,) = backend.kernels
     assert launcher.source.count("#pragma omp simd") == 2
     assert "r < 8 ?" not in launcher.source and "r > 7 ?" not in launcher.source
+
+
+def test_c_prefetches_the_next_row_of_a_row_cut_by_a_cat(renderer, device):
+    """Each piece's loop reads the row's halves the other way round, which the hardware
+    prefetcher does not follow: row x prefetches what row x + 1 reads of each input (the views'
+    halves only), and the last row prefetches nothing. Rows read whole do not."""
+    if renderer != "c":
+        pytest.skip("about the C code")
+    x = torch.randn(4, 16, device=device)
+    cos = torch.randn(16, device=device)
+    _, backend = run_kernels(lambda x, c: x * c + rotate_half(x) * c, x, cos)
+    (launcher,) = backend.kernels
+    prefetches = [line.strip() for line in launcher.source.splitlines() if "FJ_PREFETCH(" in line]
+    assert "if (x + 1 < 4) {" in launcher.source
+    # x itself (16 floats a row), and its two halves as the cat's inputs (8 floats each); the
+    # broadcast cos is no row input of row x + 1
+    assert sorted(p.split(";")[1].strip() for p in prefetches) == \
+        ["fj_b < 32", "fj_b < 32", "fj_b < 64"], prefetches
+    assert all("(x + 1) * 16" in p for p in prefetches), prefetches
+    _, backend = run_kernels(lambda x, c: torch.softmax(x * c, -1), x, cos)
+    assert all("FJ_PREFETCH(" not in k.source for k in backend.kernels)
