@@ -2507,9 +2507,11 @@ class _Renderer:
         rotary embedding's halves). Their loops read a row's two halves side by side and then
         the other way round, a pattern the hardware prefetcher did not follow: the loads
         stalled, and a bf16 rotary over 4096x1024 took as long as its cache-resident compute
-        plus a copy of its bytes. With the prefetches it ran 1.2-1.4x faster at one thread and
-        1.15x at two (Zen 3). Rows read whole, one loop after another, gained nothing: the
-        hardware streams those. Only contiguous rows whose next row is one step of ``x`` on."""
+        plus a copy of its bytes. With the prefetches (benchmarks/kernels.py, Zen 3) bf16 and
+        fp16 rotary ran 1.4-1.6x faster at one thread and 1.2-1.5x at two; fp32 and rows of 64
+        as fast. Whole-row kernels (softmax, norms, GELU) gained nothing in a C harness: the
+        hardware streams rows read whole. Only contiguous rows whose next row is one step of
+        ``x`` on (not a transposed view's rows, as HF Llama's q and k)."""
         if self.row_pieces() is None or (isinstance(self.xnumel, int) and self.xnumel < 2):
             return
         (rdim,) = self.rdims
