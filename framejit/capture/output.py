@@ -391,6 +391,9 @@ class EntryCodegen:
         self.post_lines: list[str] = []
         self._shared: dict[int, str] = {}
 
+    def has_shared(self, value) -> bool:
+        return id(value) in self._shared
+
     def shared(self, value, build) -> str:
         """A name for ``value`` rebuilt once by ``build()`` (an expression), so that every place
         that refers to one mutable object (a list on the stack and in a local) gets the same one."""

@@ -664,3 +664,22 @@ def test_torch_backends_setters_run_on_every_call(stats):
         torch.backends.mha.set_fastpath_enabled(before)
     assert stats.eager_frames == 0
 
+
+
+def test_a_carried_number_through_thousands_of_steps_is_one_graph_input(stats):
+    """``s = s + 1`` 2000 times on a number from ``.item()``, then tensor arithmetic with it: the
+    graph computes the chain from one input (built without recursion per step)."""
+    def f(t):
+        s = t.sum().item()
+        for _ in range(2000):
+            s = s + 1
+        return t * s
+
+    backend = RecordingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for _ in range(3):
+        t = torch.randn(3)
+        assert_close_to_eager(compiled(t), f(t))
+    assert stats.eager_frames == 0 and stats.recompiles == 0, stats
+    placeholders = [n.name for n in backend.graphs[-1].graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == 2, placeholders  # t and the carried number

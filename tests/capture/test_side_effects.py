@@ -167,3 +167,50 @@ def test_one_object_passed_twice_sees_its_own_write(stats):
     other = _Box()
     assert_close_to_eager(compiled(x, other, other), x + 11)  # the shared-object version is cached
     assert stats.recompiles == 1
+
+
+# -- long and self-referencing counters ------------------------------------------------------------
+
+SHARED = {"n": 1}
+
+
+def test_a_counter_added_to_itself_in_a_loop_compiles_at_once(stats):
+    """``n += n`` 40 times: each step's expression names the last one twice. Written out, the
+    entry function's would hold 2^40 operands (a fuzzed program's capture never ended); long
+    ones are computed into locals. No specialisation: a new value runs the same graph."""
+    def f(x):
+        for _ in range(40):
+            SHARED["n"] += SHARED["n"]
+        return x + 1
+
+    compiled = framejit.compile(f)
+    for start in (1, 3, -5):
+        SHARED["n"] = start
+        assert_close_to_eager(compiled(torch.ones(2)), torch.ones(2) + 1)
+        assert SHARED["n"] == start * 2 ** 40
+    assert (stats.captured, stats.recompiles, stats.eager_frames) == (1, 0, 0), stats
+
+
+def test_a_counter_bumped_thousands_of_times_in_one_call(stats):
+    """``box.value += 1`` 3000 times, then read in a condition and in a return: no expression
+    nests past Python's parser (200 parentheses) and nothing recurses per step."""
+    def bump(x, box, k):
+        for _ in range(k):
+            box.value += 1
+        return x + 1, box.value
+
+    def bump_and_test(x, box):
+        for _ in range(3000):
+            box.value += 1
+        return x * 2 if box.value > 0 else x
+
+    compiled = framejit.compile(bump)
+    for start in (0, 7):
+        box = Box()
+        box.value = start
+        out, value = compiled(torch.ones(2), box, 3000)
+        assert value == box.value == start + 3000
+    assert (stats.captured, stats.recompiles, stats.eager_frames) == (1, 0, 0), stats
+    box = Box()
+    assert_close_to_eager(framejit.compile(bump_and_test)(torch.ones(2), box), torch.ones(2) * 2)
+    assert box.value == 3000 and stats.eager_frames == 0, stats

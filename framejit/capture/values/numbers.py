@@ -33,13 +33,26 @@ _NUMBER_TYPES = (int, float)
 _UNARY = {operator.neg, operator.pos, abs, int, float, round}
 
 
-class DeferredNumber(ConstantValue):
-    __slots__ = ("_raw", "_realize", "_expr", "carried", "node", "_parts")
+#: A computed number whose expression would be longer than this many operations and operands
+#: is computed once into a local of the entry function (EntryCodegen.shared), which the longer
+#: expressions name instead. ``n = n + n`` in a loop doubles its expression at each step: inline,
+#: 36 steps made a text of 2^36 operands and capture never ended; ``n += 1`` 200 times nested
+#: more parentheses than Python's parser takes.
+MAX_INLINE = 32
 
-    def __init__(self, raw, source=None, realize=None, expr=None, carried=False, parts=None):
+
+class DeferredNumber(ConstantValue):
+    __slots__ = ("_raw", "_realize", "_expr", "carried", "node", "_parts", "_deps", "_size",
+                 "_below")
+
+    def __init__(self, raw, source=None, realize=None, expr=None, carried=False, parts=None,
+                 deps=()):
         Value.__init__(self, source)
         self._raw = raw
-        self._realize = realize  # adds the guards that fix this value; None once added
+        #: Adds the guards that fix this value (a number read from a source, or a comparison's
+        #: outcome); None once added. A computed number's is :func:`_fix_operands`: the
+        #: guards of its operands, ``deps``.
+        self._realize = realize
         self._expr = expr        # cg -> runtime expression, for computed numbers
         #: A number a resume function receives (computed natively at a graph break, such as
         #: ``.item()``): a graph input where tensor arithmetic uses it, and compared with a
@@ -47,13 +60,29 @@ class DeferredNumber(ConstantValue):
         self.carried = carried
         self.node = None         # its graph node, once it is a graph operand
         self._parts = parts      # (fn, *operands) for a number computed from carried ones
+        self._deps = deps        # the DeferredNumber operands of a computed number
+        # The operations and operands of its expression inline, counting each operand computed
+        # into a local (size > MAX_INLINE) as one; and those operands (see reconstruct).
+        self._size = 1 + sum(1 if d._size > MAX_INLINE else d._size for d in deps)
+        self._below = tuple({id(b): b for d in deps
+                             for b in ((d,) if d._size > MAX_INLINE else d._below)}.values())
 
     @property
     def value(self):
-        realize = self._realize
-        if realize is not None:
-            self._realize = None
-            realize()
+        if self._realize is not None:
+            # Every number it was computed from, without recursion (a loop's `n += 1` may
+            # chain thousands): computed ones are fixed once their operands are.
+            pending = [self]
+            while pending:
+                number = pending.pop()
+                realize = number._realize
+                if realize is None:
+                    continue
+                number._realize = None
+                if realize is _fix_operands:
+                    pending.extend(number._deps)
+                else:
+                    realize()
         return self._raw
 
     @value.setter
@@ -82,17 +111,14 @@ class DeferredNumber(ConstantValue):
             raw = fn(raw_a, raw_b)
         except Exception:
             return None  # let the generic path realise the values and report the error
-        deps = [v for v in (a, b) if isinstance(v, DeferredNumber)]
-
-        def realize():
-            for d in deps:
-                d.value  # noqa: B018  (reading the value adds its guards)
+        deps = tuple(v for v in (a, b) if isinstance(v, DeferredNumber))
 
         def expr(cg):
             return f"({cg.expr(a)} {symbol} {cg.expr(b)})"
 
         carried = any(d.carried for d in deps)
-        return DeferredNumber(raw, None, realize, expr, carried=carried, parts=(fn, a, b) if carried else None)
+        return DeferredNumber(raw, None, _fix_operands, expr, carried=carried,
+                              parts=(fn, a, b) if carried else None, deps=deps)
 
     def unary_op(self, tx, fn):
         """``-v``, ``int(v)``, ``abs(v)`` of a carried number: still a graph operand."""
@@ -103,13 +129,11 @@ class DeferredNumber(ConstantValue):
         except Exception:
             return None
 
-        def realize():
-            self.value  # noqa: B018
-
         def expr(cg):
             return f"{cg.const_name(fn)}({cg.expr(self)})"
 
-        return DeferredNumber(raw, None, realize, expr, carried=True, parts=(fn, self))
+        return DeferredNumber(raw, None, _fix_operands, expr, carried=True, parts=(fn, self),
+                              deps=(self,))
 
     def _compare(self, tx, fn, other, reflected):
         """``v > 0`` on a carried number: the answer, guarded on the comparison's outcome."""
@@ -132,9 +156,34 @@ class DeferredNumber(ConstantValue):
     def reconstruct(self, cg):
         if self._realize is None:
             return cg.literal(self._raw)  # guarded: the value is fixed
-        if self._expr is not None:
+        if self._expr is None:
+            return cg.source_expr(self.source)
+        if self._size <= MAX_INLINE:
+            if self._below:
+                _compute_into_locals(cg, self._below)
             return self._expr(cg)
-        return cg.source_expr(self.source)
+        _compute_into_locals(cg, (self,))
+        return cg.shared(self, None)
+
+
+def _fix_operands():
+    """A computed number's ``_realize``: DeferredNumber.value fixes its operands instead."""
+
+
+def _compute_into_locals(cg, numbers) -> None:
+    """Each of ``numbers`` computed into a local of the entry function (cg.shared), and every
+    number below them that is one too, operands first, without recursion: then each
+    expression names its operands' locals (cg.shared finds them) and stays short."""
+    pending = [(number, False) for number in numbers]
+    while pending:
+        number, ready = pending.pop()
+        if number._realize is None or cg.has_shared(number):
+            continue
+        if not ready:
+            pending.append((number, True))
+            pending.extend((b, False) for b in reversed(number._below))
+        else:
+            cg.shared(number, lambda n=number: n._expr(cg))
 
 
 def deferred_number(out, obj, source, carried=False):
@@ -218,17 +267,29 @@ def as_graph_inputs(tx, kind: str, target, args: list, kwargs: dict):
 def _graph_node(tx, number: DeferredNumber):
     """The number in the graph: a placeholder for a received one, the same arithmetic on
     Python numbers for one computed from them (``s / 2``)."""
-    if number.node is not None:
-        return number.node
-    if number._parts is None:
-        return _placeholder(tx, number)
-    fn, *parts = number._parts
-    operands = tuple(_graph_node(tx, v) if isinstance(v, DeferredNumber) and v.carried else v.value
-                     for v in parts)
-    node = tx.output.graph.call_function(fn, operands)
-    node.meta["val"] = number._raw
-    number.node = node
-    return node
+    # Operands first, without recursion (a loop's `s = s + 1` may chain thousands).
+    pending = [(number, False)]
+    while pending:
+        n, ready = pending.pop()
+        if n.node is not None:
+            continue
+        if n._parts is None:
+            _placeholder(tx, n)
+            continue
+        fn, *parts = n._parts
+        if not ready:
+            pending.append((n, True))
+            pending.extend((v, False) for v in reversed(parts) if _in_graph(v))
+            continue
+        operands = tuple(v.node if _in_graph(v) else v.value for v in parts)
+        node = tx.output.graph.call_function(fn, operands)
+        node.meta["val"] = n._raw
+        n.node = node
+    return number.node
+
+
+def _in_graph(v) -> bool:
+    return isinstance(v, DeferredNumber) and v.carried
 
 
 def _placeholder(tx, number: DeferredNumber):
