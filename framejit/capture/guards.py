@@ -10,6 +10,7 @@ guard failed in the user's terms (``x.shape[0]: 8 → 16``) for the recompile lo
 from __future__ import annotations
 
 import linecache
+import reprlib
 from dataclasses import dataclass, field
 
 import torch
@@ -122,12 +123,34 @@ class TypeGuard(Guard):
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 
 
-def _is_literal(value) -> bool:
-    if type(value) in _LITERAL_TYPES:
-        return not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))))
-    if type(value) is tuple:
-        return all(_is_literal(x) for x in value)
-    return False
+def _is_literal(value, budget: int = 64) -> bool:
+    """Whether ``repr(value)`` is a short expression of it in the guard's code: a literal, or a
+    tuple of them with at most ``budget`` items in all (nested tuples' items counted each time
+    they appear). A longer tuple is named instead: one built as ``t = (t, t)`` in a loop holds
+    2^k items, which a repr spells out."""
+    pending = [value]
+    while pending:
+        v = pending.pop()
+        if type(v) in _LITERAL_TYPES:
+            if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+                return False
+            continue
+        if type(v) is not tuple:
+            return False
+        budget -= len(v)
+        if budget < 0:
+            return False
+        pending.extend(v)
+    return True
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` for messages, cut short in depth and length (reprlib)."""
+    return _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxtuple, _SHORT.maxlist, _SHORT.maxstring, _SHORT.maxother = 4, 8, 8, 80, 80
 
 
 class EqualsGuard(Guard):
@@ -157,7 +180,7 @@ class EqualsGuard(Guard):
     def reason(self, value):
         if type(value) is type(self.value) and (value == self.value or (value != value and self.value != self.value)):
             return None
-        return f"{self.source.name()}: {self.value!r} → {value!r}"
+        return f"{self.source.name()}: {short_repr(self.value)} → {short_repr(value)}"
 
 
 class NotShadowedGuard(Guard):

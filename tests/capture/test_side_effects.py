@@ -214,3 +214,42 @@ def test_a_counter_bumped_thousands_of_times_in_one_call(stats):
     box = Box()
     assert_close_to_eager(framejit.compile(bump_and_test)(torch.ones(2), box), torch.ones(2) * 2)
     assert box.value == 3000 and stats.eager_frames == 0, stats
+
+
+def test_tuples_built_from_themselves_in_a_loop(stats):
+    """``t = (t, t)`` 30 times holds one tuple 2^30 ways, ``t = (t, 1)`` 1000 times nests past
+    the parser: returned, stored in a global and read back by another compiled function, each
+    compiles at once and holds one object per tuple, as eager's."""
+    def doubled(x):
+        t = (x * 2,)
+        for _ in range(30):
+            t = (t, t)
+        SHARED["t"] = (1,)
+        for _ in range(30):
+            SHARED["t"] = (SHARED["t"], SHARED["t"])
+        return t
+
+    def nested(x):
+        t = (x * 2,)
+        for _ in range(1000):
+            t = (t, 1)
+        return t
+
+    def reads(x):
+        return x + len(SHARED["t"])  # a constant tuple from outside, guarded
+
+    out = framejit.compile(doubled)(torch.ones(2))
+    assert out[0] is out[1] and out[0][1] is out[1][0]
+    inner = out
+    for _ in range(30):
+        inner = inner[0]
+    assert_close_to_eager(inner[0], torch.ones(2) * 2)
+    assert SHARED["t"][0] is SHARED["t"][1]
+    out = framejit.compile(nested)(torch.ones(2))
+    depth = 0
+    while len(out) == 2:
+        out, depth = out[0], depth + 1
+    assert depth == 1000
+    assert_close_to_eager(out[0], torch.ones(2) * 2)
+    assert_close_to_eager(framejit.compile(reads)(torch.ones(2)), torch.ones(2) + 2)
+    assert stats.eager_frames == 0 and stats.captured == 3, stats

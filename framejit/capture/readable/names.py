@@ -12,7 +12,7 @@ import types
 import torch
 
 from .. import compat
-from ..guards import _is_literal
+from ..guards import _is_literal, short_repr
 from ..sources import ConstNames, FreeVarSource, GlobalSource, LocalSource
 
 
@@ -28,7 +28,7 @@ def ident(text: str) -> str:
 
 def short(obj) -> str:
     try:
-        r = repr(obj)
+        r = short_repr(obj)  # (cut short: a tuple may hold one tuple 2^k ways)
     except Exception:
         r = ""
     if not r or len(r) > 60 or "\n" in r:

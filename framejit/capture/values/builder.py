@@ -93,11 +93,25 @@ def from_library(obj) -> bool:
 
 
 def _is_constant(obj) -> bool:
+    """Whether ``obj`` is a constant: a number, string, ... or a tuple or frozenset of them at any
+    depth. Each container looked at once, without recursion (a tuple built as ``t = (t, t)`` in
+    a loop holds one tuple 2^k ways; ``t = (t, 1)`` nests thousands deep)."""
     if isinstance(obj, _CONSTANT_TYPES):
         return True
-    if type(obj) in (tuple, frozenset):
-        return all(_is_constant(x) for x in obj)
-    return False
+    if type(obj) not in (tuple, frozenset):
+        return False
+    seen = {id(obj)}  # (containers of obj: alive while it is)
+    pending = [obj]
+    while pending:
+        for x in pending.pop():
+            if isinstance(x, _CONSTANT_TYPES):
+                continue
+            if type(x) not in (tuple, frozenset):
+                return False
+            if id(x) not in seen:
+                seen.add(id(x))
+                pending.append(x)
+    return True
 
 
 _compiled_type: list = []

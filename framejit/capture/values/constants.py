@@ -29,7 +29,8 @@ class ConstantValue(Value):
         self.value = value
 
     def describe(self):
-        r = repr(self.value)
+        from ..guards import short_repr
+        r = short_repr(self.value)
         return r if len(r) < 40 else f"a {type(self.value).__name__}"
 
     def python_type(self):
@@ -128,17 +129,42 @@ _SIZED = (torch.Size, tuple, list)
 _SYM_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-def _concrete(v):
+def _concrete(v, memo=None):
+    """``v`` with each symbolic number replaced by its value (guarded); a container ``v`` holds
+    more than once is converted once (``t = (t, t)`` in a loop: 2^k paths, k containers)."""
+    memo = {} if memo is None else memo
+    done = memo.get(id(v))
+    if done is not None:
+        return done[1]
     if type(v) is slice:
-        return slice(*_concrete((v.start, v.stop, v.step)))
-    items = [int(x) if type(x) is torch.SymInt else _concrete(x) if _holds_sym(x) else
-             x if type(x) not in _SYM_NUMBERS else (bool(x) if type(x) is torch.SymBool else float(x))
-             for x in v]
-    return torch.Size(items) if type(v) is torch.Size else type(v)(items)
+        out = slice(*_concrete((v.start, v.stop, v.step), memo))
+    else:
+        items = [int(x) if type(x) is torch.SymInt else _concrete(x, memo) if _holds_sym(x) else
+                 x if type(x) not in _SYM_NUMBERS else (bool(x) if type(x) is torch.SymBool else float(x))
+                 for x in v]
+        out = torch.Size(items) if type(v) is torch.Size else type(v)(items)
+    memo[id(v)] = (v, out)  # (v kept alive: its id is not reused while memo lives)
+    return out
 
 
 def _has_sym(v) -> bool:
-    return any(isinstance(x, _SYM_NUMBERS) or _holds_sym(x) for x in v)
+    """Whether the items of ``v`` hold a symbolic number at any depth: each container looked
+    at once, and without recursion (a tuple built as ``t = (t, t)`` in a loop holds one tuple
+    2^k ways; ``t = (t, 1)`` nests thousands deep)."""
+    seen = {id(v): v}  # (the containers kept alive, so that no id is reused meanwhile)
+    pending = [v]
+    while pending:
+        for x in pending.pop():
+            if isinstance(x, _SYM_NUMBERS):
+                return True
+            if type(x) is slice:
+                x = (x.start, x.stop, x.step)
+            elif type(x) not in _SIZED:
+                continue
+            if id(x) not in seen:
+                seen[id(x)] = x
+                pending.append(x)
+    return False
 
 
 def _holds_sym(v) -> bool:

@@ -280,6 +280,26 @@ class TupleValue(SequenceValue):
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.source_expr(self.source)
+        if cg.has_shared(self):
+            return cg.shared(self, None)
+        if _inline_size(self) > MAX_INLINE:
+            # Built in a loop (``t = (t, t)``: 2^k items inline; ``t = (t, 1)``: nested past
+            # the parser and recursion): each nested tuple computed once into a local,
+            # innermost first, without recursion, as eager holds one object per tuple.
+            pending = [(self, False)]
+            while pending:
+                tup, ready = pending.pop()
+                if cg.has_shared(tup):
+                    continue
+                if ready:
+                    cg.shared(tup, lambda t=tup: t._text(cg))
+                    continue
+                pending.append((tup, True))
+                pending.extend((v, False) for v in reversed(tup.items) if _nested_tuple(v))
+            return cg.shared(self, None)
+        return self._text(cg)
+
+    def _text(self, cg) -> str:
         parts = [cg.expr(v) for v in self.items]
         body = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
         if self.cls is not None and self.cls is not tuple:
@@ -290,6 +310,26 @@ class TupleValue(SequenceValue):
             # run that Python __new__ in the entry function, where the hook would capture it.
             return f"{cg.const_name(tuple.__new__)}({ctor}, {body})"
         return body
+
+
+#: A tuple whose expression would hold more items than this, counting nested tuples' items each
+#: time they appear, is computed into locals of the entry function (TupleValue.reconstruct).
+MAX_INLINE = 64
+
+
+def _nested_tuple(v) -> bool:
+    return type(v) is TupleValue and v.source is None
+
+
+def _inline_size(tup: TupleValue) -> int:
+    """The items of ``tup``'s expression inline, nested tuples' counted each time, up to just
+    past MAX_INLINE (without recursion)."""
+    size, pending = 0, [tup]
+    while pending and size <= MAX_INLINE:
+        items = pending.pop().items
+        size += len(items)
+        pending.extend(v for v in items if _nested_tuple(v))
+    return size
 
 
 def _namedtuple_class_attribute(tx, tup: TupleValue, name: str) -> Value:
