@@ -405,6 +405,22 @@ class EntryCodegen:
             self.post_lines.append(f"{name} = {expr}")
         return name
 
+    def shared_innermost_first(self, roots, below, build) -> None:
+        """Each of ``roots``, and each value under them that ``below(value)`` lists, rebuilt
+        once into a local by ``build(value)``, the values below first and without recursion:
+        then each expression names the locals of what it holds (``shared`` finds them), so a
+        value built from itself in a loop stays short however deep it nests."""
+        pending = [(value, False) for value in roots]
+        while pending:
+            value, ready = pending.pop()
+            if self.has_shared(value):
+                continue
+            if ready:
+                self.shared(value, lambda v=value: build(v))
+            else:
+                pending.append((value, True))
+                pending.extend((v, False) for v in reversed(below(value)))
+
     def const_name(self, obj) -> str:
         return self.names(obj)
 

@@ -286,16 +286,8 @@ class TupleValue(SequenceValue):
             # Built in a loop (``t = (t, t)``: 2^k items inline; ``t = (t, 1)``: nested past
             # the parser and recursion): each nested tuple computed once into a local,
             # innermost first, without recursion, as eager holds one object per tuple.
-            pending = [(self, False)]
-            while pending:
-                tup, ready = pending.pop()
-                if cg.has_shared(tup):
-                    continue
-                if ready:
-                    cg.shared(tup, lambda t=tup: t._text(cg))
-                    continue
-                pending.append((tup, True))
-                pending.extend((v, False) for v in reversed(tup.items) if _nested_tuple(v))
+            cg.shared_innermost_first(
+                (self,), lambda t: [v for v in t.items if _nested_tuple(v)], lambda t: t._text(cg))
             return cg.shared(self, None)
         return self._text(cg)
 
@@ -420,7 +412,10 @@ class ListValue(SequenceValue):
             return cg.source_expr(self.source)
         if self.real is not None:
             return cg.const_name(self.real)
-        return cg.shared(self, lambda: "[" + ", ".join(cg.expr(v) for v in self.items) + "]")
+        return _rebuild(cg, self)
+
+    def _text(self, cg) -> str:
+        return "[" + ", ".join(cg.expr(v) for v in self.items) + "]"
 
 
 class DictValue(_Deferred, Value):
@@ -519,8 +514,24 @@ class DictValue(_Deferred, Value):
             return cg.source_expr(self.source)
         if self.real is not None:
             return cg.const_name(self.real)
-        return cg.shared(self, lambda: "{" + ", ".join(
-            f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}")
+        return _rebuild(cg, self)
+
+    def _text(self, cg) -> str:
+        return "{" + ", ".join(f"{cg.literal(k)}: {cg.expr(v)}" for k, v in self.items.items()) + "}"
+
+
+def _rebuild(cg, value) -> str:
+    """A list or dict built in the frame, rebuilt once (every reference to it gets the same
+    object), with the lists and dicts inside it rebuilt first: nested a thousand deep, it needs
+    no recursion."""
+    cg.shared_innermost_first((value,), _rebuilt_inside, lambda v: v._text(cg))
+    return cg.shared(value, None)
+
+
+def _rebuilt_inside(value) -> list:
+    items = value.items.values() if type(value) is DictValue else value.items
+    return [v for v in items
+            if type(v) in (ListValue, DictValue) and v.source is None and v.real is None]
 
 
 def _key(key: Value):

@@ -171,19 +171,11 @@ def _fix_operands():
 
 
 def _compute_into_locals(cg, numbers) -> None:
-    """Each of ``numbers`` computed into a local of the entry function (cg.shared), and every
-    number below them that is one too, operands first, without recursion: then each
-    expression names its operands' locals (cg.shared finds them) and stays short."""
-    pending = [(number, False) for number in numbers]
-    while pending:
-        number, ready = pending.pop()
-        if number._realize is None or cg.has_shared(number):
-            continue
-        if not ready:
-            pending.append((number, True))
-            pending.extend((b, False) for b in reversed(number._below))
-        else:
-            cg.shared(number, lambda n=number: n._expr(cg))
+    """Each of ``numbers``, and every number below them that is long too, computed into a local
+    of the entry function, operands first: then each expression names its operands' locals."""
+    cg.shared_innermost_first([n for n in numbers if n._realize is not None],
+                              lambda n: [b for b in n._below if b._realize is not None],
+                              lambda n: n._expr(cg))
 
 
 def deferred_number(out, obj, source, carried=False):
