@@ -145,11 +145,23 @@ REG_TILE = 32
 #: A sum of a 16-bit load's squares (an RMSNorm's) adds them as the tile converts the load
 #: (fj_h2f_sum_tile_squares); False: the loop stores the squares for fj_sum_tile (for tests).
 SQUARE_SUMS = True
-#: The ops a vector tile computes, and the prelude's function that does.
+#: The ops a vector tile computes, and the prelude's function that does (see _tile_function).
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
-#: Ops worth keeping rather than recomputing (besides values that need two loads or more).
+
+
+def _tile_function(op: Op) -> str | None:
+    """The prelude's tile function that computes ``op`` in vector tiles, if any: exp, sigmoid,
+    and rounding to fp16 (vcvtps2ph and back; the integer form vectorizes at about 30
+    instructions a vector, and an fp16 residual + layer norm that rounded the residual for the
+    norm ran 2.5x slower)."""
+    if op.kind == "round":
+        return "fj_round_h_tile" if op.args[1] == torch.float16 else None
+    return _TILE_FUNCTIONS.get(op.kind)
+#: Ops worth keeping rather than recomputing (besides values that need two loads or more). A
+#: 16-bit output that its kernel reads too is rounded for it (``round``): a bf16 residual + layer
+#: norm that kept the residual unrounded and rounded it again in each loop ran 1.4x slower.
 _COSTLY = frozenset({"exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "erf", "gelu", "sqrt",
-                     "rsqrt", "sigmoid", "truediv", "reciprocal", "rand"})
+                     "rsqrt", "sigmoid", "truediv", "reciprocal", "rand", "round"})
 
 #: Reductions over short rows take each step for several rows in turn: as many rows as read
 #: and keep INTERLEAVE_BYTES between them, at most INTERLEAVE_ROWS (see
@@ -406,6 +418,11 @@ static inline fj_vf fj_sigmoidv(fj_vf x) {
     }
 FJ_TILE_FUNCTION(fj_exp_tile, fj_expv)
 FJ_TILE_FUNCTION(fj_sigmoid_tile, fj_sigmoidv)
+/* fp32 values rounded to fp16 and back: fj_h2f(fj_f2h(x)), but for a NaN's payload bits */
+static inline fj_vf fj_round_hv(fj_vf v) {
+    return fj_h2fv(fj_f2hv(v));
+}
+FJ_TILE_FUNCTION(fj_round_h_tile, fj_round_hv)
 /* The sum of four vector accumulators, then pairwise across lanes: in registers (through
    memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
    35% longer) */
@@ -1373,8 +1390,9 @@ class _Renderer:
                     if i in first and i not in buffered and k.ops[i].kind != "store":
                         cost = self.closure([i], buffered - {i})
                         loads = sum(1 for c in cost if k.ops[c].kind == "load" or c in buffered)
-                        if loads >= 2 or any(k.ops[c].kind in _COSTLY or self.half_load(c)
-                                             for c in cost):
+                        # (a buffered op in the cost is read back, not recomputed: a load)
+                        if loads >= 2 or any(k.ops[c].kind in _COSTLY and c not in buffered
+                                             or self.half_load(c) for c in cost):
                             buffered.add(i)
                 body = self.closure(roots, buffered)
             for i in body:
@@ -1860,7 +1878,7 @@ class _Renderer:
         buffers and its stores to fp16 buffers (an fp16 dropout+add 2.5x faster)."""
         k = self.k
         draws = any(k.ops[i].kind == "rand" for i in body)
-        candidates = [i for i in body if k.ops[i].kind in _TILE_FUNCTIONS and i not in self.avail
+        candidates = [i for i in body if _tile_function(k.ops[i]) and i not in self.avail
                       and k.ops[i].dtype == torch.float32 and not draws]
         tiled = []
         for i in candidates:
@@ -2007,7 +2025,7 @@ class _Renderer:
                         self.lines.append(f"{ind}c{fused} += fj_exp_sum_tile({begins[i]}, fj_ve - fj_v);")
                         fused_sums.add(fused)
                     else:
-                        self.lines.append(f"{ind}{_TILE_FUNCTIONS[k.ops[i].kind]}({begins[i]}, "
+                        self.lines.append(f"{ind}{_tile_function(k.ops[i])}({begins[i]}, "
                                           "fj_ve - fj_v);")
                     read[i] = at[i]
             rest = self.closure(roots, self.avail | set(tiled))

@@ -302,6 +302,7 @@ class _Lowering:
         self.spans: tuple[Span, ...] = ()
         self.placed_value: dict[tuple[Node, tuple[Span, ...]], int] = {}
         self.span_starts: dict[int, Any] = {}  # dim -> where the current span starts
+        self.stored_16bit: set[Node] = set()  # fp16/bf16 outputs that this kernel reads too
 
     # -- symbolic sizes -------------------------------------------------------------------------
     def _symbolic_box(self) -> tuple:
@@ -458,13 +459,12 @@ class _Lowering:
     # -- the walk -------------------------------------------------------------------------------
     def run(self) -> LoweredGroup:
         whole = self.computed_over_the_box()
+        outputs = [node for node in self.nodes if any(u not in self.members for u in node.users)]
+        self.stored_16bit = {node for node in outputs if _val(node).dtype in _HALVES
+                             and any(u in self.members for u in node.users)}
         for node in self.nodes:
             if node in whole:
-                self.value[node] = self.lower(node)
-        outputs = []
-        for node in self.nodes:
-            if any(u not in self.members for u in node.users):
-                outputs.append(node)
+                self.value[node] = self.lower_as_stored(node)
         if not outputs:
             raise LoweringError("the group has no outputs")
         for k, node in enumerate(outputs):
@@ -505,8 +505,22 @@ class _Lowering:
         if key not in self.placed_value:
             if node.target in _REDUCTIONS or node.target is aten.rand_like.default:
                 raise LoweringError(f"{node.name} feeds a cat: only pointwise producers are fused")
-            self.placed_value[key] = self.lower(node)
+            self.placed_value[key] = self.lower_as_stored(node)
         return self.placed_value[key]
+
+    def lower_as_stored(self, node: Node) -> int:
+        """``node`` lowered; an fp16/bf16 output that ops of this kernel read too is rounded for
+        them. The other kernels that read it get its stored (rounded) value, as eager's every use
+        does: computed in fp32 for the ops here, ``cat([v[:h], v[h:]]).float() - v.float()`` of
+        a bf16 ``v`` was a bf16 ulp off 0 (one side read the buffer, the other the fp32 value)."""
+        index = self.lower(node)
+        dtype = _val(node).dtype
+        if node not in self.stored_16bit:
+            return index
+        op = self.kernel.ops[index]
+        exact = (op.kind == "round" and op.args[1] == dtype
+                 or op.kind == "load" and self.kernel.buffer(op.args[0]).dtype == dtype)
+        return index if exact else self.emit("round", (index, dtype), op.dtype, op.level)
 
     @contextlib.contextmanager
     def placement(self, span: Span, size: int, box_size, start):
@@ -646,6 +660,9 @@ class _Lowering:
         if n < 0:
             result = self.emit("reciprocal", (result,), c, level)
         return result
+
+
+_HALVES = (torch.float16, torch.bfloat16)
 
 
 def _rounds(source: torch.dtype, target: torch.dtype) -> bool:

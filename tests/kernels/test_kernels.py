@@ -185,6 +185,36 @@ def test_bf16_results_round_to_nearest_even_on_store(form, device):
     assert torch.equal(got.float().nan_to_num(), fn(arg).float().nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_16_bit_result_is_one_value_for_every_reader(dtype, device):
+    """A 16-bit value the program returns (or another kernel reads) is stored rounded, so the
+    ops of its own kernel read it rounded too: every use sees one value, as in eager. Computed
+    in fp32 for them, ``cat([v[:h], v[h:]]).float() - v.float()`` was an ulp off 0 (the cat read
+    the stored buffer) and a residual's norm read a residual other than the one returned (finite
+    where the returned one had overflowed to inf)."""
+    x = torch.randn(6, 40, device=device).to(dtype)
+    r = torch.randn(6, 40, device=device).to(dtype)
+    big = torch.finfo(dtype).max
+    x[1, 3], r[1, 3] = big, big  # the residual overflows to inf: inf * 0 = NaN in its norm
+
+    def split_and_joined(x):
+        v = x * 1.7
+        return torch.cat([v[..., :20], v[..., 20:]], -1).float() - v.float()
+
+    def residual_norm(x, r):
+        h = x + r
+        return h, h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True))
+
+    got, backend = run_kernels(split_and_joined, torch.randn(6, 40, device=device).to(dtype))
+    assert len(backend.kernels) == 2
+    assert torch.equal(got, torch.zeros_like(got))
+    (h, normed), backend = run_kernels(residual_norm, x, r)
+    assert len(backend.kernels) == 1 and torch.equal(h, x + r)
+    assert normed[1, 3].isnan() and normed[1].isfinite().sum() == 39
+    torch.testing.assert_close(normed, residual_norm(x, r)[1], rtol=1.3e-6, atol=1e-5,
+                               equal_nan=True)
+
+
 def test_integer_arithmetic(device):
     a = torch.randint(-1000, 1000, (7, 9), device=device)
     b = torch.randint(1, 50, (9,), device=device, dtype=torch.int32)
