@@ -27,7 +27,7 @@ PIP312    := $(PY312) -m pip --disable-pip-version-check -q
 DEPS312   := $(VENV312)/.deps-stamp
 EXT312    := $(VENV312)/.ext-stamp
 
-.PHONY: setup setup312 browser demo test test-py test-hook test-fx test-gpu bench lint clean fuzz
+.PHONY: setup setup312 browser demo test test-py test-hook test-fx test-gpu bench lint clean fuzz fuzz-kernels
 
 setup: $(EXT)
 
@@ -139,3 +139,8 @@ FUZZ_OUT  ?= build/fuzz-failures
 
 fuzz: setup
 	$(PY) -m tests.fuzz.campaign --seed $(SEED) --count $(N) --jobs $(JOBS) --out $(FUZZ_OUT)
+
+# The fused-kernel fuzzer (tests/kernels/pattern_fuzz.py): cases SEED to SEED+N, C kernels against
+# the reference interpreter and eager; it prints each failing or differing case.
+fuzz-kernels: setup
+	$(PY) -m tests.kernels.pattern_fuzz --seeds $(SEED):$$(( $(SEED) + $(N) ))

@@ -26,6 +26,7 @@ _ALL_RENDERERS = {"test_kernels", "test_pipeline", "test_concat"}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "triton_only: a kernel test about Triton's code or launcher")
+    config.addinivalue_line("markers", "fuzz: a fuzzer's fixed-seed sample (slow)")
 
 
 def pytest_generate_tests(metafunc):
