@@ -140,10 +140,11 @@ def test_fp16_softmax_over_a_dynamic_last_dim_keeps_short_rows_exp(threads, thre
     launcher = run_sizes(fn, (torch.randn(4, 6).half(),), [0, 1], boxes,
                          lambda box: ((torch.randn(box) * 3).half(),))
     source = scalar_form(launcher.source)  # the loops without vector tiles
-    assert source.count("#pragma omp simd") == 6
+    # the generic nest's sum of exp, which stores nothing, adds in lanes: its blocks and the rest
+    assert source.count("#pragma omp simd") == 7
     assert source.count(f"if (ks1 <= {c_render.ROW_BUFFER}) {launcher.cname}_rows_b(bufs, sizes,") == 2
     generic, capped = source.split(f"void {launcher.cname}_rows_b(")
-    assert generic.count("fj_expf(") == 2 and capped.count("fj_expf(") == 1
+    assert generic.count("fj_expf(") == 3 and capped.count("fj_expf(") == 1
     assert f"[{c_render.ROW_BUFFER}] __attribute__((aligned(64)))" in capped
 
 
