@@ -153,6 +153,8 @@ REG_TILE = 32
 SQUARE_SUMS = True
 #: The ops a vector tile computes, and the prelude's function that does (see _tile_function).
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
+#: Tile functions that also sum their results in the same pass, as fj_sum_tile adds them.
+_TILE_SUM_FUNCTIONS = {"fj_exp_tile": "fj_exp_sum_tile", "fj_round_h_tile": "fj_round_h_sum_tile"}
 
 
 def _without_sums(pragma: str | None, names: list[str]) -> str | None:
@@ -477,35 +479,39 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
         a1 += FJ_TAIL_LOAD(e + i, m);
     return fj_lanes_sum(a0, a1, a2, a3);
 }
-/* fj_exp_tile, then fj_sum_tile, over e[0..n) in one pass: the same values, added in the same
-   order (a log-softmax's sum of exps: the tail's masked store read back by a masked load does
-   not forward) */
-static inline fj_vf fj_expv_at(float *restrict e) {
-    fj_vf v;
-    memcpy(&v, e, sizeof v);
-    v = fj_expv(v);
-    memcpy(e, &v, sizeof v);
-    return v;
-}
-static inline float fj_exp_sum_tile(float *restrict e, int64_t n) {
-    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;
-    int64_t i = 0;
-    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
-        a0 += fj_expv_at(e + i);
-        a1 += fj_expv_at(e + i + FJ_VW);
-        a2 += fj_expv_at(e + i + 2 * FJ_VW);
-        a3 += fj_expv_at(e + i + 3 * FJ_VW);
+/* f over e[0..n) in place (as FJ_TILE_FUNCTION), and the sum of the results as fj_sum_tile
+   adds them, in one pass: fj_exp_sum_tile (a log-softmax's sum of exps) and fj_round_h_sum_tile
+   (a residual's sum for its norm, rounded to fp16 as its kernel also stores it); the tail's
+   masked store read back by a masked load would not forward */
+#define FJ_TILE_SUM_FUNCTION(name, f)                                                        \
+    static inline fj_vf name##_at(float *restrict e) {                                     \
+        fj_vf v;                                                                            \
+        memcpy(&v, e, sizeof v);                                                            \
+        v = f(v);                                                                           \
+        memcpy(e, &v, sizeof v);                                                            \
+        return v;                                                                           \
+    }                                                                                       \
+    static inline float name(float *restrict e, int64_t n) {                               \
+        fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, v;                                \
+        int64_t i = 0;                                                                      \
+        for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {                                        \
+            a0 += name##_at(e + i);                                                         \
+            a1 += name##_at(e + i + FJ_VW);                                                 \
+            a2 += name##_at(e + i + 2 * FJ_VW);                                             \
+            a3 += name##_at(e + i + 3 * FJ_VW);                                             \
+        }                                                                                   \
+        for (; i + FJ_VW <= n; i += FJ_VW)                                                  \
+            a0 += name##_at(e + i);                                                         \
+        const int64_t m = n - i; /* < FJ_VW */                                              \
+        if (m > 0 && m < FJ_VW) {                                                           \
+            v = f(FJ_TAIL_LOAD(e + i, m));                                                  \
+            FJ_TAIL_STORE(e + i, v, m);                                                     \
+            a1 += (fj_vf)((fj_vi)v & (FJ_LANE_IDS < (int)m)); /* the stored lanes, zeros */ \
+        }                                                                                   \
+        return fj_lanes_sum(a0, a1, a2, a3);                                                \
     }
-    for (; i + FJ_VW <= n; i += FJ_VW)
-        a0 += fj_expv_at(e + i);
-    const int64_t m = n - i; /* < FJ_VW */
-    if (m > 0 && m < FJ_VW) {
-        v = fj_expv(FJ_TAIL_LOAD(e + i, m));
-        FJ_TAIL_STORE(e + i, v, m);
-        a1 += (fj_vf)((fj_vi)v & (FJ_LANE_IDS < (int)m));  /* the stored lanes, zeros */
-    }
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
+FJ_TILE_SUM_FUNCTION(fj_exp_sum_tile, fj_expv)
+FJ_TILE_SUM_FUNCTION(fj_round_h_sum_tile, fj_round_hv)
 /* e[i] = exp(x[i] - c) for i < n, the values of fj_exp_tile over the differences, and their
    sum as fj_sum_tile adds them; and the max of next[0..n) into *m, NaNs skipped and flagged
    in *nan, as a max reduction's loop takes it (a softmax's next row: see the renderer's
@@ -2068,12 +2074,14 @@ class _Renderer:
                     self.lines.append(f"{inner}{at[i]} = t{k.ops[i].args[0]};")
                 self.lines.append(f"{ind}}}")
                 for i in others:
-                    # exp's values summed as they are: one pass (fj_exp_sum_tile).
+                    # exp's (fp16 rounding's) values summed as they are: one pass.
+                    function = _tile_function(k.ops[i])
                     fused = next((j for j, src in tile_sums if src == i and summed[j] == begins[i]
                                   and j not in summing.values()), None) \
-                        if k.ops[i].kind == "exp" else None
+                        if function in _TILE_SUM_FUNCTIONS else None
                     if fused is not None:
-                        self.lines.append(f"{ind}c{fused} += fj_exp_sum_tile({begins[i]}, fj_ve - fj_v);")
+                        self.lines.append(f"{ind}c{fused} += {_TILE_SUM_FUNCTIONS[function]}("
+                                          f"{begins[i]}, fj_ve - fj_v);")
                         fused_sums.add(fused)
                     else:
                         self.lines.append(f"{ind}{_tile_function(k.ops[i])}({begins[i]}, "
