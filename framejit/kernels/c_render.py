@@ -175,6 +175,8 @@ def _tile_function(op: Op) -> str | None:
     if op.kind == "round":
         return "fj_round_h_tile" if op.args[1] == torch.float16 else None
     return _TILE_FUNCTIONS.get(op.kind)
+
+
 #: Ops worth keeping rather than recomputing (besides values that need two loads or more). A
 #: 16-bit output that its kernel reads too is rounded for it (``round``): a bf16 residual + layer
 #: norm that kept the residual unrounded and rounded it again in each loop ran 1.4x slower.
@@ -1891,7 +1893,7 @@ class _Renderer:
                    tail: list[str], fills) -> None:
         """:meth:`row_loop`'s loop as plain C. Where its tail adds into fp32 sums (``c<i> +=``)
         over a row of at least SUM_LANES (or a run-time one), the row goes in blocks of
-        SUM_LANES points, each point adding into its own lane ``c<i>_l[r - r0]``, then the rest
+        SUM_LANES points, each point adding into its own lane ``c<i>_l[r - fj_l0]``, then the rest
         as one loop; the lanes then add into ``c<i>`` in order. The same at any thread count,
         and alike in the static and the run-time kernel of a row."""
         lanes = [line.split(" += ")[0] for line in tail if re.fullmatch(r"c\d+ \+= [^;]+;", line)]
@@ -2084,8 +2086,7 @@ class _Renderer:
                                           f"{begins[i]}, fj_ve - fj_v);")
                         fused_sums.add(fused)
                     else:
-                        self.lines.append(f"{ind}{_tile_function(k.ops[i])}({begins[i]}, "
-                                          "fj_ve - fj_v);")
+                        self.lines.append(f"{ind}{function}({begins[i]}, fj_ve - fj_v);")
                     read[i] = at[i]
             rest = self.closure(roots, self.avail | set(tiled))
             # The loop proper, unless the steps above left it nothing to do (a mean's loop whose
