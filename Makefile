@@ -109,7 +109,7 @@ test-fx:
 # On a machine with CUDA: the kernel and backend tests on CUDA tensors compiled for real (every
 # marker, slow ones too), then every test marked `gpu`. Without CUDA they all skip. Not part of
 # `make test`. On the device machine, tools/gpu_run.sh does the set-up and runs these; there,
-# `make test-gpu PY=.venv-gpu/bin/python` skips the .venv set-up (a PY given on the command line
+# `make test-gpu PY=python3` (after its set-up) skips the .venv set-up (a PY given on the command line
 # is used as it is).
 test-gpu: $(if $(filter command line,$(origin PY)),,setup)
 	@status=0; \

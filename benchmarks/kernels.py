@@ -308,19 +308,26 @@ def warm_up(device, opts) -> None:
 # -- printing ------------------------------------------------------------------------------------
 
 
+def table_line(r: Row, copy: float) -> str:
+    """One row of the bandwidth table (also printed as each row is measured, so that a run
+    stopped part-way still shows what it measured)."""
+    fj, ea, ind = gbps(r.nbytes, r.fj_ms), gbps(r.nbytes, r.eager_ms), gbps(r.nbytes, r.ind_ms)
+    ratio = fj / ind if fj and ind else None
+    pct = 100 * fj / (r.copy_gbps or copy) if fj else None
+    kernels = "-" if r.kernels is None else str(r.kernels)
+    if r.breaks:
+        kernels += f" ({r.breaks} br)"
+    return (f"{r.pattern:<16}{r.dtype:>6}{r.nbytes / 1e6:>8.1f}{fmt_rate(fj, 10)}{fmt_rate(ea, 9)}"
+            f"{fmt_rate(ind, 10)}{fmt_rate(r.copy_gbps or copy, 8)}{fmt(ratio, '.2f', 8)}"
+            f"{fmt(pct, '.0f', 10)}{kernels:>9}  {r.check}")
+
+
 def print_tables(rows: list[Row], copy: float) -> None:
     print()
     print(f"{'pattern':<16}{'dtype':>6}{'MB':>8}{'framejit':>10}{'eager':>9}{'inductor':>10}"
           f"{'copy':>8}{'fj/ind':>8}{'fj %copy':>10}{'kernels':>9}  check")
     for r in rows:
-        fj, ea, ind = gbps(r.nbytes, r.fj_ms), gbps(r.nbytes, r.eager_ms), gbps(r.nbytes, r.ind_ms)
-        ratio = fj / ind if fj and ind else None
-        pct = 100 * fj / (r.copy_gbps or copy) if fj else None
-        kernels = "-" if r.kernels is None else str(r.kernels)
-        if r.breaks:
-            kernels += f" ({r.breaks} br)"
-        print(f"{r.pattern:<16}{r.dtype:>6}{r.nbytes / 1e6:>8.1f}{fmt_rate(fj, 10)}{fmt_rate(ea, 9)}"
-              f"{fmt_rate(ind, 10)}{fmt_rate(r.copy_gbps or copy, 8)}{fmt(ratio, '.2f', 8)}{fmt(pct, '.0f', 10)}{kernels:>9}  {r.check}")
+        print(table_line(r, copy))
     print("GB/s = unique bytes (inputs read once + outputs written once) / median time per call; "
           "fj/ind > 1: framejit faster; % copy: of the fp32 copy bandwidth (CPU: the copy timed in "
           "the same interleaved rounds as the row, column 'copy').")
@@ -425,7 +432,10 @@ def main(opts) -> int:
                 row = Row(pattern.name, dtype_name, 0, check="FAILED",
                           errors=[f"eager: {type(e).__name__}: {e}"])
             rows.append(row)
-            print(f"  {pattern.name} {dtype_name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"{table_line(row, copy)}  [{time.perf_counter() - t0:.0f} s; first call fj "
+                  f"{fmt(row.fj_first_s, '.2f', 0)} s, ind {fmt(row.ind_first_s, '.2f', 0)} s]", flush=True)
+            for e in row.errors:
+                print(f"    {e.splitlines()[0][:300]}", flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     print_tables(rows, copy)

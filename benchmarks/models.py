@@ -306,6 +306,18 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
+def _forward_line(r: dict) -> str:
+    """One row of the forward table (also printed as each model is measured, so that a run
+    stopped part-way still shows what it measured)."""
+    g = r.get
+    return (f"{r['name']:<18}{fmt(g('eager_ms'), '.2f', 10)}{fmt(g('fj_ms'), '.2f', 9)}"
+            f"{fmt(g('ind_ms'), '.2f', 9)}{fmt(_ratio(g('fj_ms'), g('eager_ms')), '.2f', 10)}"
+            f"{fmt(_ratio(g('fj_ms'), g('ind_ms')), '.2f', 8)}{fmt(g('fj_first_s'), '.2f', 10)}"
+            f"{fmt(g('ind_first_s'), '.2f', 11)}{fmt(_ratio(g('ind_first_s'), g('fj_first_s')), '.1f', 11)}"
+            f"{fmt(g('graphs'), 'd', 8)}{fmt(g('breaks'), 'd', 8)}{fmt(g('kernels'), 'd', 9)}"
+            f"{fmt(g('recompiles'), 'd', 8)}{fmt(g('err'), '.1e', 9)}")
+
+
 def run_forward(opts):
     """Forward only under no_grad: eager, framejit backend="default", Inductor."""
     cuda = torch.cuda.is_available()
@@ -353,7 +365,9 @@ def run_forward(opts):
         except Exception as e:  # building or running the model eagerly failed (out of memory, say)
             row = {"name": name, "notes": [f"eager: {type(e).__name__}: {e}"]}
         rows.append(row)
-        print(f"  {name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"{_forward_line(row)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        for n in row["notes"]:
+            print(f"    {n[:300]}", flush=True)
         model = args = kwargs = None
         if cuda:
             torch.cuda.empty_cache()
@@ -363,13 +377,7 @@ def run_forward(opts):
           f"{'1st fj s':>10}{'1st ind s':>11}{'ind/fj 1st':>11}{'graphs':>8}{'breaks':>8}{'kernels':>9}"
           f"{'recomp':>8}{'rel err':>9}")
     for r in rows:
-        g = r.get
-        print(f"{r['name']:<18}{fmt(g('eager_ms'), '.2f', 10)}{fmt(g('fj_ms'), '.2f', 9)}"
-              f"{fmt(g('ind_ms'), '.2f', 9)}{fmt(_ratio(g('fj_ms'), g('eager_ms')), '.2f', 10)}"
-              f"{fmt(_ratio(g('fj_ms'), g('ind_ms')), '.2f', 8)}{fmt(g('fj_first_s'), '.2f', 10)}"
-              f"{fmt(g('ind_first_s'), '.2f', 11)}{fmt(_ratio(g('ind_first_s'), g('fj_first_s')), '.1f', 11)}"
-              f"{fmt(g('graphs'), 'd', 8)}{fmt(g('breaks'), 'd', 8)}{fmt(g('kernels'), 'd', 9)}"
-              f"{fmt(g('recompiles'), 'd', 8)}{fmt(g('err'), '.1e', 9)}")
+        print(_forward_line(r))
     print("ms: median time per forward call; fj/eager, fj/ind: time ratios (lower: framejit faster); "
           "1st: first call, capture + compile + tuning, synchronized (caches cold unless "
           "--warm-caches); ind/fj 1st > 1: framejit compiles faster; graphs/breaks/kernels: framejit's "

@@ -80,8 +80,9 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
             v = torch.tensor(args[0], dtype=op.dtype)
         elif kind == "rand":
             # A stream of its own per rand op (torch's CPU generator keeps a seed's low 32 bits).
+            # Drawn on the CPU and moved to where the kernel's outputs live.
             g = torch.Generator().manual_seed((int(tensors[args[0]]) * 1000003 + args[1]) % 2**32)
-            v = torch.rand(sizes, generator=g, dtype=torch.float32)
+            v = torch.rand(sizes, generator=g, dtype=torch.float32).to(outs[0].device)
         elif kind == "cast":
             v = values[args[0]].to(op.dtype)
         elif kind == "round":

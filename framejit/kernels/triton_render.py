@@ -51,6 +51,22 @@ def _max_combine(a, b):
 def _min_combine(a, b):
     return tl.where((a < b) | (a != a), a, b)
 ''',
+    # tl.exp is exp2(x * log2(e)): rounding that product to fp32 costs |x| * 2^-24 of the
+    # exponent, so its error grows with |x| (15 ulp near 88 on a GPU). Reduce by ln 2 first (its
+    # high part has 16 bits, so k * ln2_hi is exact), take exp of the small rest, and scale by
+    # 2^k built from exponent bits, in two halves so that 2^128 and subnormal results work.
+    # Beyond |x| = 104 fp32's exp is 0 or inf, and NaN stays NaN: tl.exp gives those.
+    "exp": '''
+@_jit
+def _exp(x):
+    k = tl.floor(x * 1.4426950408889634 + 0.5)
+    r = (x - k * 0.693145751953125) - k * 1.428606765330187e-06
+    k = tl.where(tl.abs(x) < 104.0, k, 0.0).to(tl.int32)
+    h = k >> 1
+    y = tl.exp(r) * ((h + 127) << 23).to(tl.float32, bitcast=True)
+    y = y * ((k - h + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where(tl.abs(x) < 104.0, y, tl.exp(x))
+''',
     "argmax": '''
 @_jit
 def _argmax_combine(va, ia, vb, ib):
@@ -319,13 +335,17 @@ class _Renderer:
         x = a[0] if a else None
         y = a[1] if len(a) > 1 else None
         is_float = op.dtype.is_floating_point
+        exp = "tl.exp"
+        if k in ("exp", "sigmoid", "tanh", "expm1") and op.dtype != torch.float64:
+            self.helpers.add("exp")
+            exp = "_exp"
         simple = {
-            "neg": f"-{x}", "abs": f"tl.abs({x})", "exp": f"tl.exp({x})", "log": f"tl.log({x})",
+            "neg": f"-{x}", "abs": f"tl.abs({x})", "exp": f"{exp}({x})", "log": f"tl.log({x})",
             "sqrt": f"tl.sqrt_rn({x})" if is_float else None,
             "rsqrt": f"1.0 / tl.sqrt_rn({x})", "reciprocal": f"1.0 / {x}",
             "sin": f"tl.sin({x})", "cos": f"tl.cos({x})", "erf": f"tl.erf({x})",
             "gelu": f"{x} * 0.5 * (1.0 + tl.erf({x} * 0.7071067811865476))",
-            "sigmoid": f"1.0 / (1.0 + tl.exp(-{x}))",
+            "sigmoid": f"1.0 / (1.0 + {exp}(-{x}))",
             "relu": f"tl.where({x} < 0, 0, {x})",
             "floor": f"tl.floor({x})" if is_float else x, "ceil": f"tl.ceil({x})" if is_float else x,
             "sign": f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({dt})",  # NaN, -0.0 -> 0
@@ -344,15 +364,16 @@ class _Renderer:
             return (f"tl.where(tl.abs({x}) < 0.0625, "
                     f"{x} * (1.0 + {x} * {x} * (-0.3333333333333333 + {x} * {x} * (0.13333333333333333 "
                     f"+ {x} * {x} * -0.05396825396825397))), "
-                    f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - tl.exp(-2.0 * tl.abs({x}))) "
-                    f"/ (1.0 + tl.exp(-2.0 * tl.abs({x}))))")
+                    f"tl.where({x} < 0, -1.0, 1.0) * (1.0 - {exp}(-2.0 * tl.abs({x}))) "
+                    f"/ (1.0 + {exp}(-2.0 * tl.abs({x}))))")
         if k == "log1p":
             return (f"tl.where(1.0 + {x} == 1.0, {x}, tl.where({x} == float(\"inf\"), {x}, "
                     f"tl.log(1.0 + {x}) * ({x} / ((1.0 + {x}) - 1.0))))")
         if k == "expm1":
-            return (f"tl.where(tl.exp({x}) == 1.0, {x}, tl.where(tl.exp({x}) - 1.0 == -1.0, -1.0, "
-                    f"tl.where(tl.exp({x}) == float(\"inf\"), tl.exp({x}), "
-                    f"(tl.exp({x}) - 1.0) * ({x} / tl.log(tl.exp({x}))))))")
+            e = f"{exp}({x})"
+            return (f"tl.where({e} == 1.0, {x}, tl.where({e} - 1.0 == -1.0, -1.0, "
+                    f"tl.where({e} == float(\"inf\"), {e}, "
+                    f"({e} - 1.0) * ({x} / tl.log({e})))))")
         raise NotImplementedError(f"Triton renderer: no rule for {k!r}")
 
     # -- reductions -----------------------------------------------------------------------------

@@ -3,9 +3,12 @@
 * **Cache by source**: a rendered module is written once to ``<cache>/triton/<hash>.py`` and
   loaded once per process (per device kind: ``triton.jit`` for CUDA tensors, Triton's
   interpreter for CPU tensors). Triton keeps its compiled binaries in its own disk cache.
-* **Tuning**: on a GPU, the first launch of a kernel at given sizes times a few block/warp
-  configs and keeps the fastest, in memory and in ``<cache>/triton/<hash>.best.json``. Under
-  the interpreter the first config is used (timing it says nothing).
+* **Tuning**: on a GPU, the first launch of a reduction kernel at given sizes compiles two or
+  three block/warp configs at once (threads), times them and keeps the fastest, in memory and
+  in ``<cache>/triton/<hash>.best.json``; a pointwise kernel has one config, as in Inductor's
+  default mode. Each config tried is a compile in the first call, so there are few. Tuning
+  draws no random seed: only calls that return results do. Under the interpreter the first
+  config is used (timing it says nothing).
 * **Launch**: :class:`Launcher` allocates the outputs and calls the kernel; once its config is
   known a call does no other Python work.
 * **Run-time sizes**: a dynamic kernel is called ``launcher(*inputs, *sizes)``. Its config is
@@ -23,6 +26,7 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -139,25 +143,26 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
     xnumel = product(kernel.outer_sizes)
     xnumel = xnumel if isinstance(xnumel, int) else 1 << 20
     if not kernel.is_reduction:
-        if interpret:
-            return [{"XBLOCK": min(_next_pow2(xnumel), 8192)}]
-        return [{"XBLOCK": b, "num_warps": w} for b, w in
-                ((1024, 4), (512, 4), (2048, 8), (256, 2)) if b <= max(256, _next_pow2(xnumel))]
+        # One config, as Inductor's default mode: blocks of 1024 barely differ from the others
+        # on a memory-bound kernel, and every config tried is a compile in the first call.
+        xblock = min(_next_pow2(xnumel), 8192) if interpret else min(1024, max(256, _next_pow2(xnumel)))
+        return [{"XBLOCK": xblock}] if interpret else [{"XBLOCK": xblock, "num_warps": 4 if xblock >= 512 else 2}]
     rnumel = product(kernel.reduce_sizes)
     if is_persistent(kernel):
         rblock = _next_pow2(rnumel)
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(xnumel), 65536 // rblock)), "RBLOCK": rblock}]
+        # At most three: blocks of about 2048, 4096 and 1024 elements (rows of 4096 and
+        # more: one row, with twice the warps as the other choice).
         out = []
-        for xblock in (1, 2, 4, 8, 16, 32):
-            if xblock * rblock > 8192 or xblock > _next_pow2(xnumel):
-                continue
-            elems = xblock * rblock
-            warps = 1 if elems <= 256 else 2 if elems <= 512 else 4 if elems <= 2048 else 8
+        for elems in (2048, 4096, 1024):
+            xblock = max(1, min(elems // rblock, 32, _next_pow2(xnumel)))
+            size = xblock * rblock
+            warps = 1 if size <= 256 else 2 if size <= 512 else 4 if size <= 2048 else 8
             out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
-            if elems >= 2048:
-                out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, warps * 2)})
-        return out
+        if rblock >= 4096:
+            out.append({"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 16})
+        return [c for i, c in enumerate(out) if c not in out[:i]][:3]
     inner = triton_render.is_inner_reduction(kernel)
     if interpret:
         if inner:
@@ -167,9 +172,9 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
         # Across rows: neighbouring outputs are neighbours in memory, so a block spans many
         # outputs (coalesced) and a few reduced rows at a time.
         return [{"XBLOCK": x, "RBLOCK": r, "num_warps": w} for x, r, w in
-                ((64, 8, 4), (128, 8, 4), (32, 16, 4), (64, 16, 8), (256, 4, 8))]
+                ((64, 8, 4), (128, 8, 4), (32, 16, 4))]
     return [{"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4},
-            {"XBLOCK": 2, "RBLOCK": 1024, "num_warps": 8}, {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
+            {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}]
 
 
 def _widen_rblock(config: dict) -> dict:
@@ -240,12 +245,14 @@ class Launcher(KernelLauncher):
         return [torch.empty_strided(at(size), at(stride), dtype=dtype, device=self.device)
                 for size, stride, dtype in self.outputs]
 
-    def _args(self, inputs: tuple) -> list:
-        if self.seed_index is None:
-            return list(inputs)
+    def _trial_args(self, inputs: tuple) -> list:
+        """The kernel's arguments for compiling and timing it: a fixed seed, so that tuning
+        draws nothing from the user's generator (only the calls that return results do, one
+        seed each, so ``torch.manual_seed`` gives the same results whether or not the first
+        call tuned)."""
         args = list(inputs)
-        seed = torch.randint(2**31 - 1, (), dtype=torch.int64, device=self.device)
-        args.insert(self.seed_index, seed)
+        if self.seed_index is not None:
+            args.insert(self.seed_index, torch.zeros((), dtype=torch.int64, device=self.device))
         return args
 
     def _build_fast(self) -> None:
@@ -287,7 +294,7 @@ class Launcher(KernelLauncher):
         if self.interpret:
             return
         outs = self._allocate()
-        self.fn.warmup(*self._args(inputs), *outs, *self.scalars, grid=self.grid, **self.config)
+        self.fn.warmup(*self._trial_args(inputs), *outs, *self.scalars, grid=self.grid, **self.config)
 
     def _tune(self, inputs: tuple) -> None:
         key = (self.digest, (self.xnumel, self.rnumel))
@@ -304,21 +311,46 @@ class Launcher(KernelLauncher):
     def _benchmark(self, inputs: tuple) -> dict:
         from triton.testing import do_bench
 
-        args = self._args(inputs)
+        args = self._trial_args(inputs)
         outs = self._allocate()
         timings = []
-        for config in self.configs:
+        for config in self._compile_configs(args, outs):
             self._set_config(config)
             try:
                 run = self.fn[self.grid]
+                # A few milliseconds each: do_bench clears the L2 cache before every run, which
+                # takes longer than most of these kernels, and this time is the first call's.
                 ms = do_bench(lambda run=run, config=config: run(*args, *outs, *self.scalars, **config),
-                              warmup=5, rep=20)
+                              warmup=1, rep=3)
             except compile_errors():  # a config the device cannot run (out of resources)
                 continue
             timings.append((ms, config))
         if not timings:
             raise KernelCompileError(f"no launch config of kernel {self.name} runs on {self.device}")
         return min(timings, key=lambda t: t[0])[1]
+
+    def _compile_configs(self, args: list, outs: list) -> list[dict]:
+        """The configs that compile, each compiled for ``args`` and ``outs``: the first alone
+        (it sets up Triton's caches of this function), the others at once on threads, which
+        overlap where Triton's compiler lets go of the GIL (LLVM's code generation, ptxas: about
+        half of a compile, 1.6x faster for four configs on two cores). A config that fails to
+        compile is left out; any other error propagates."""
+        self._set_config(self.configs[0])  # the size arguments, the same for every config
+
+        def build(config: dict) -> dict | None:
+            try:
+                self.fn.warmup(*args, *outs, *self.scalars, grid=(-(-self.xnumel // config["XBLOCK"]),),
+                               **config)
+            except compile_errors():
+                return None
+            return config
+
+        first, rest = self.configs[0], self.configs[1:]
+        built = [build(first)]
+        if rest:
+            with ThreadPoolExecutor(max_workers=min(len(rest), os.cpu_count() or 1)) as pool:
+                built += list(pool.map(build, rest))
+        return [c for c in built if c is not None]
 
 
 def _best_path(digest: str) -> str:

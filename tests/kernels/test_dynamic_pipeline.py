@@ -19,14 +19,20 @@ from framejit.passes import run_passes
 from framejit.passes.symbolic import NotSizeGeneric, symbolic_shapes
 from framejit.testing import assert_close_to_eager
 
-from .conftest import KernelCompiler
+from .conftest import DEVICE, KernelCompiler
 
 LAUNCHERS = {"reference": ReferenceLauncher, "c": CLauncher, "triton": Launcher}
 
 
 @pytest.fixture(params=sorted(LAUNCHERS))
 def launcher(request):
-    return LAUNCHERS[request.param]
+    if request.param == "triton" and DEVICE == "cuda":
+        # Compiled for real (`make test-gpu`), Triton kernels take CUDA tensors: the test's
+        # tensors are made there.
+        with torch.device("cuda"):
+            yield LAUNCHERS[request.param]
+        return
+    yield LAUNCHERS[request.param]
 
 aten = torch.ops.aten
 
