@@ -31,7 +31,7 @@ from .kernels.simplify import coalesce
 from .kernels.triton_runtime import Launcher
 from .passes import fusion, run_passes
 from .passes.layout import channels_last_convs
-from .passes.matmul import bmm_operands
+from .passes.matmul import aligned_matmul_outputs, bmm_operands
 from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
 
@@ -103,6 +103,8 @@ def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
         bmm_operands(graph)
         if lint:
             graph.lint()
+    if shapes is None and aligned_matmul_outputs(graph) and lint:  # CUDA matmuls only
+        graph.lint()
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     record.emit(record.Stage(name="passes", seconds=time.perf_counter() - t0))
     launches, seconds = [], []

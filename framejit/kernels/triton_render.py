@@ -55,17 +55,18 @@ def _min_combine(a, b):
     # exponent, so its error grows with |x| (15 ulp near 88 on a GPU). Reduce by ln 2 first (its
     # high part has 16 bits, so k * ln2_hi is exact), take exp of the small rest, and scale by
     # 2^k built from exponent bits, in two halves so that 2^128 and subnormal results work.
-    # Beyond |x| = 104 fp32's exp is 0 or inf, and NaN stays NaN: tl.exp gives those.
+    # Beyond |x| = 104 fp32's exp is 0 or inf; NaN stays NaN.
     "exp": '''
 @_jit
 def _exp(x):
     k = tl.floor(x * 1.4426950408889634 + 0.5)
     r = (x - k * 0.693145751953125) - k * 1.428606765330187e-06
-    k = tl.where(tl.abs(x) < 104.0, k, 0.0).to(tl.int32)
+    small = tl.abs(x) < 104.0
+    k = tl.where(small, k, 0.0).to(tl.int32)
     h = k >> 1
     y = tl.exp(r) * ((h + 127) << 23).to(tl.float32, bitcast=True)
     y = y * ((k - h + 127) << 23).to(tl.float32, bitcast=True)
-    return tl.where(tl.abs(x) < 104.0, y, tl.exp(x))
+    return tl.where(small, y, tl.where(x > 0, float("inf"), tl.where(x != x, x, 0.0)))
 ''',
     "argmax": '''
 @_jit
@@ -120,10 +121,14 @@ def is_persistent(kernel: Kernel) -> bool:
     return rnumel <= limit
 
 
-def render(kernel: Kernel) -> str:
+def render(kernel: Kernel, native_bf16: bool = False) -> str:
     """The Python source of a module defining the Triton kernel ``kernel.function_stem``; its
-    decorator is the name ``_jit``, bound by the loader (``triton.jit`` or the interpreter)."""
-    return _Renderer(kernel).source()
+    decorator is the name ``_jit``, bound by the loader (``triton.jit`` or the interpreter).
+
+    ``native_bf16``: round fp32 to bf16 with Triton's own conversion (a GPU's ``cvt.rn``, to
+    nearest even), not by hand on the bits; Triton's interpreter truncates in that conversion,
+    so the default rounds by hand, six integer operations per value stored."""
+    return _Renderer(kernel, native_bf16).source()
 
 
 def _literal(value, dtype: torch.dtype) -> str:
@@ -163,13 +168,20 @@ def _check_names(kernel: Kernel) -> None:
 
 
 class _Renderer:
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, native_bf16: bool = False) -> None:
         self.k = kernel
+        self.native_bf16 = native_bf16
         self.reduction = kernel.is_reduction
         self.persistent = self.reduction and is_persistent(kernel)
         self.lines: list[str] = []
         self.helpers: set[str] = set()
         self.int64 = self._needs_int64()
+        # tl.exp's error (|x| / 2 fp32 ulp at most, 5e-6 relative near 88) is far below half a
+        # 16-bit ulp (2.4e-4 in fp16), so a kernel that stores only fp16/bf16 values keeps it;
+        # any other store takes the accurate _exp, which costs about 25% of a 16-bit softmax's
+        # bandwidth on an H200.
+        self.exp = ("tl.exp" if all(b.dtype in (torch.float16, torch.bfloat16) for b in kernel.outputs)
+                    else "_exp")
         self.symbols = kernel.symbols()
         self.dynamic = kernel.is_dynamic
         # Lane indices of argmax/argmin: a loop over a run-time rnumel counts in int64, and a
@@ -327,18 +339,17 @@ class _Renderer:
             return f"{a[0]}.to({dt})"
         if k == "round":
             x = a[0]
-            if op.args[1] == torch.float16:
-                return f"{x}.to(tl.float16).to({dt})"
+            if op.args[1] == torch.float16 or self.native_bf16:
+                return f"{x}.to({tl_dtype(op.args[1])}).to({dt})"
             return _bf16_nearest_even(x)
         if k == "where":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
         x = a[0] if a else None
         y = a[1] if len(a) > 1 else None
         is_float = op.dtype.is_floating_point
-        exp = "tl.exp"
-        if k in ("exp", "sigmoid", "tanh", "expm1") and op.dtype != torch.float64:
+        exp = "tl.exp" if op.dtype == torch.float64 else self.exp
+        if k in ("exp", "sigmoid", "tanh", "expm1") and exp == "_exp":
             self.helpers.add("exp")
-            exp = "_exp"
         simple = {
             "neg": f"-{x}", "abs": f"tl.abs({x})", "exp": f"{exp}({x})", "log": f"tl.log({x})",
             "sqrt": f"tl.sqrt_rn({x})" if is_float else None,
@@ -451,7 +462,8 @@ class _Renderer:
             b = self.k.buffer(name)
             value = f"t{src}"
             if op.dtype != b.dtype or self.k.ops[src].dtype != b.dtype:
-                if b.dtype == torch.bfloat16 and self.k.ops[src].dtype == torch.float32:
+                if b.dtype == torch.bfloat16 and self.k.ops[src].dtype == torch.float32 \
+                        and not self.native_bf16:
                     value = _bf16_nearest_even(value)  # then .to(bf16) is exact, even truncating
                 value = f"{value}.to({tl_dtype(b.dtype)})"
             mask = self.mask(op.level)

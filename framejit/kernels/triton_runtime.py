@@ -204,7 +204,7 @@ class Launcher(KernelLauncher):
         self.device = device = torch.device(device)
         check_device(device)
         self.interpret = interpreter_enabled()
-        self.source = render(kernel)
+        self.source = render(kernel, native_bf16=not self.interpret)
         self.fn = load_kernel(kernel, self.source)
         self.outputs = outputs
         self.seed_index = seed_index

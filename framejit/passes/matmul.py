@@ -84,3 +84,104 @@ def bmm_operands(graph: Graph) -> bool:
             node.update_arg(index, new)
             changed = True
     return changed
+
+
+# -- output rows that cuBLAS can address aligned ---------------------------------------------------
+
+_LINEARS = (torch.nn.functional.linear, torch._C._nn.linear, aten.linear.default)
+_MMS = (aten.mm.default, torch.mm) + _MATMULS
+_ADDMMS = (aten.addmm.default, torch.addmm)
+
+#: Matmuls smaller than this many output elements keep their shape: padding them costs more
+#: than a slow kernel would.
+ALIGN_MIN_OUTPUT = 1 << 20
+
+
+def aligned_matmul_outputs(graph: Graph, device_type: str = "cuda") -> bool:
+    """CUDA matmuls whose output rows are not a whole number of 16 bytes get a weight padded
+    to such rows, and their result is sliced back and copied contiguous; returns whether the
+    graph changed.
+
+    cuBLAS then runs an unaligned ("align1") kernel: on an H200 GPT-2's language-model head
+    (4096 x 768 @ 768 x 50257, bf16) took 3.36 ms of a 4.1 ms forward pass in eager torch and
+    in framejit alike, in an sm_75 CUTLASS kernel. Inductor pads the same product and runs it
+    in 0.45 ms. The padding copies the weight each call (77 MB there, about 40 us) and the copy
+    back is a pointwise kernel that fuses with the result's users; the result keeps eager's
+    layout. Only without gradients: in training the graph keeps its torch ops as they are.
+    ``device_type``: the device whose matmuls are changed (tests use "cpu")."""
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if torch.device(node.meta.get("device", "cpu")).type != device_type:
+            continue
+        out = node.meta.get("val")
+        if not isinstance(out, torch.Tensor) or out.requires_grad or out.dim() < 1 \
+                or out.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
+                or any(not isinstance(s, int) for s in out.shape) or out.numel() < ALIGN_MIN_OUTPUT:
+            continue
+        align = 16 // out.dtype.itemsize
+        n = out.shape[-1]
+        if n % align == 0 or not out.is_contiguous():
+            continue
+        pad = -n % align
+        padded = _padded_matmul(graph, node, pad)
+        if padded is None:
+            continue
+        with graph.inserting_after(padded):
+            view = graph.call_function(aten.slice.Tensor, (padded, -1, 0, n))
+            view.meta = {**node.meta, "val": _rerun(view)}
+        with graph.inserting_after(view):
+            copy = graph.call_function(aten.clone.default, (view,),
+                                       {"memory_format": torch.contiguous_format})
+            copy.meta = {**node.meta, "val": _rerun(copy)}
+        node.replace_all_uses_with(copy)
+        graph.erase_node(node)
+        changed = True
+    return changed
+
+
+def _padded_matmul(graph: Graph, node: Node, pad: int) -> Node | None:
+    """A copy of matmul ``node`` whose weight (and bias) has ``pad`` more output columns of
+    zeros, inserted before it; None for a form it does not know."""
+    args = list(node.args)
+    if node.target in _LINEARS:
+        if len(args) < 2 or len(args) > 3 or set(node.kwargs) - {"bias"}:
+            return None
+        bias = args[2] if len(args) == 3 else node.kwargs.get("bias")
+        weight = args[1]
+        if not _weight(weight, 2) or (bias is not None and not _weight(bias, 1)):
+            return None
+        with graph.inserting_before(node):
+            new_args = [args[0], _pad(graph, weight, [0, 0, 0, pad])]
+            if bias is not None:
+                new_args.append(_pad(graph, bias, [0, pad]))
+            new = graph.call_function(node.target, tuple(new_args))
+    elif node.target in _MMS or node.target in _ADDMMS:
+        addmm = node.target in _ADDMMS
+        operands = args[1:] if addmm else args
+        if node.kwargs or len(operands) != 2 or not _weight(operands[1], 2):
+            return None
+        if addmm and not _weight(args[0], 1):
+            return None  # a bias of another shape (a full matrix, say) keeps the node as it is
+        with graph.inserting_before(node):
+            rhs = _pad(graph, operands[1], [0, pad])
+            new_args = ((_pad(graph, args[0], [0, pad]), args[1], rhs) if addmm
+                        else (args[0], rhs))
+            new = graph.call_function(node.target, new_args)
+    else:
+        return None
+    new.meta = {**node.meta, "val": _rerun(new)}
+    return new
+
+
+def _weight(arg, dim: int) -> bool:
+    """Whether ``arg`` is a node of a ``dim``-dimensional tensor without gradients."""
+    v = arg.meta.get("val") if isinstance(arg, Node) else None
+    return isinstance(v, torch.Tensor) and v.dim() == dim and not v.requires_grad
+
+
+def _pad(graph: Graph, arg: Node, pad: list[int]) -> Node:
+    new = graph.call_function(aten.constant_pad_nd.default, (arg, pad, 0.0))
+    new.meta = {**arg.meta, "val": _rerun(new)}
+    return new
