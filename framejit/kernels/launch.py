@@ -81,8 +81,8 @@ class KernelLauncher:
         self._fast = fallback if not self.kernel.symbols() else lambda *a: fallback(*a[:n])
         return fallback(*inputs[:n])
 
-    def _set_fast(self, call: str, namespace: dict[str, Any]) -> None:
-        self._fast = launch_function(self, call, namespace)
+    def _set_fast(self, call: str, namespace: dict[str, Any], prelude: tuple[str, ...] = ()) -> None:
+        self._fast = launch_function(self, call, namespace, prelude)
 
     def _layout_miss(self, *inputs):
         """An input is not laid out as the kernel expects: run the group's torch ops."""
@@ -111,11 +111,14 @@ def layout_fits(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...])
     return all(n == 1 or a == b for n, a, b in zip(size, t.stride(), stride))
 
 
-def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, Any]):
+def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, Any],
+                    prelude: tuple[str, ...] = ()):
     """The generated launch function of ``launcher``: ``call`` is the kernel call with
     ``{args}`` where the inputs (and seed) and outputs go and ``{syms}`` where the run-time
     sizes go (``", ks0, ks1"``, empty for a static kernel); ``call`` may also use the run-time
-    sizes by name (a grid, say). ``namespace`` binds its other names."""
+    sizes by name (a grid, say). ``namespace`` binds its other names. ``prelude``: lines run
+    after the layout checks, before anything is allocated (the inputs are ``a0``, ``a1``, ...,
+    the run-time sizes by name)."""
     kernel = launcher.kernel
     params = [f"a{i}" for i in range(launcher.tensor_count)]
     syms = [s.name for s in kernel.symbols()]
@@ -128,6 +131,7 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
         size, stride = expr_text(tuple(size)), expr_text(tuple(stride))
         lines.append(f"    if a{i}.stride() != {stride} and not _fits(a{i}, {size}, {stride}):")
         lines.append(f"        return _miss({', '.join(params + syms)})")
+    lines += [f"    {line}" for line in prelude]
     outs = []
     if launcher.donated:
         namespace["_grad"] = torch.is_grad_enabled

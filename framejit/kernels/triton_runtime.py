@@ -10,7 +10,10 @@
   draws no random seed: only calls that return results do. Under the interpreter the first
   config is used (timing it says nothing).
 * **Launch**: :class:`Launcher` allocates the outputs and calls the kernel; once its config is
-  known a call does no other Python work.
+  known a call does no other Python work. On a GPU it launches the compiled binary directly
+  (``CompiledKernel[grid](*args)``), skipping ``JITFunction.run``'s argument binding and cache
+  lookup, once the first call has seen that this gives the same bits; an input that is not
+  16-byte aligned takes Triton's own launch (the binary may assume alignment).
 * **Run-time sizes**: a dynamic kernel is called ``launcher(*inputs, *sizes)``. Its config is
   chosen (tuned on a GPU) at the first call, for that call's sizes, among configs that are
   correct for every size (its reductions over run-time extents loop, see triton_render); the
@@ -34,7 +37,7 @@ import torch
 from .. import diskcache, record
 from . import triton_render
 from .ir import Kernel, evaluate, expr_text, product
-from .launch import KernelLauncher, cache_dir
+from .launch import KernelLauncher, cache_dir, launch_function
 from .triton_render import is_persistent, render
 
 _modules: dict[str, Any] = {}
@@ -220,6 +223,10 @@ class Launcher(KernelLauncher):
             self.configs = configs(kernel, self.interpret)
         self.config: dict | None = None
         self.grid: tuple | None = None
+        #: The compiled binary of the chosen config (Triton's CompiledKernel; None under the
+        #: interpreter), and whether calls launch it directly (see _build_fast).
+        self.binary = None
+        self.direct = False
         self.digest = source_hash(self.source)
 
     def _bind_first(self, values: dict[str, int]) -> None:
@@ -256,18 +263,41 @@ class Launcher(KernelLauncher):
         return args
 
     def _build_fast(self) -> None:
-        """The launch function specialised to the chosen config (see launch.launch_function)."""
+        """The launch function specialised to the chosen config (see launch.launch_function).
+
+        Through Triton's ``JITFunction`` a launch binds its arguments, works out their
+        specialization and looks the binary up in its cache: tens of microseconds of Python per
+        launch. Once the first call has shown that launching the compiled binary directly
+        gives the same bits (``_direct_matches``), calls go to the binary
+        (``CompiledKernel[grid](*args)``, the call ``JITFunction.run`` ends with), as long as
+        every input is 16-byte aligned, as the binary may assume; any other call takes
+        Triton's own launch, which compiles for what it is given."""
         config = ", ".join(f"{key}={value!r}" for key, value in self.config.items())
+        xblock = self.config["XBLOCK"]
         if self.kernel.is_dynamic:
             # The grid from this call's sizes: one integer expression, no Python loop.
-            xblock = self.config["XBLOCK"]
             xnumel = expr_text(product(self.kernel.outer_sizes))
-            grid = f"(({xnumel} + {xblock - 1}) // {xblock},)"
-            self._set_fast(f"_run({{args}}{{syms}}, grid={grid}, warmup=False, {config})",
-                           {"_run": self.fn.run})
+            blocks = f"({xnumel} + {xblock - 1}) // {xblock}"
+            slow = launch_function(self, f"_run({{args}}{{syms}}, grid=({blocks},), warmup=False, {config})",
+                                   {"_run": self.fn.run})
+            direct = f"_binary[({blocks}, 1, 1)]({{args}}{{syms}}, {{tail}})"
+        else:
+            scalars = ", ".join(repr(v) for v in self.scalars)
+            slow = launch_function(self, f"_run({{args}}, {scalars}, {config})", {"_run": self.fn[self.grid]})
+            direct = f"_direct({{args}}, {scalars}, {{tail}})"
+        if not self.direct:
+            self._fast = slow
             return
-        scalars = ", ".join(repr(v) for v in self.scalars)
-        self._set_fast(f"_run({{args}}, {scalars}, {config})", {"_run": self.fn[self.grid]})
+        tail = ", ".join(repr(v) for v in self._constexpr_tail())
+        params = [f"a{i}" for i in range(self.tensor_count)]
+        syms = [s.name for s in self.kernel.symbols()]
+        prelude = ()
+        if params:
+            pointers = " | ".join(f"{a}.data_ptr()" for a in params)
+            prelude = (f"if ({pointers}) & 15:", f"    return _slow({', '.join(params + syms)})")
+        self._set_fast(direct.replace("{tail}", tail),
+                       {"_binary": self.binary, "_direct": self.binary[self.grid + (1,) * (3 - len(self.grid))],
+                        "_slow": slow}, prelude)
 
     def _first_call(self, inputs: tuple):
         # Triton compiles at the first launch: a kernel this device cannot build runs as the
@@ -290,11 +320,39 @@ class Launcher(KernelLauncher):
         return self._fast(*inputs)
 
     def _warmup(self, inputs: tuple) -> None:
-        """Compile for these arguments without launching (the interpreter compiles nothing)."""
+        """Compile for these arguments without launching (the interpreter compiles nothing),
+        and see whether the binary can be launched directly (``direct``)."""
         if self.interpret:
             return
         outs = self._allocate()
-        self.fn.warmup(*self._trial_args(inputs), *outs, *self.scalars, grid=self.grid, **self.config)
+        args = self._trial_args(inputs)
+        self.binary = self.fn.warmup(*args, *outs, *self.scalars, grid=self.grid, **self.config)
+        self.direct = self._direct_matches(args)
+
+    def _constexpr_tail(self) -> tuple | None:
+        """The values of the kernel's parameters after its buffers and sizes (its block sizes,
+        from the config), in the order of its signature; None if one is not in the config."""
+        names = list(getattr(self.fn, "arg_names", ()))
+        tail = names[len(self.kernel.buffers) + len(self.scalars):]
+        if not tail or any(name not in self.config for name in tail):
+            return None
+        return tuple(self.config[name] for name in tail)
+
+    def _direct_matches(self, args: list) -> bool:
+        """Whether launching the compiled binary directly writes the same bits as Triton's
+        own launch, on the first call's arguments (a fixed seed, fresh outputs for each). Any
+        doubt keeps Triton's launch. (The binary's launcher reads Triton's launch hooks at each
+        call, as JITFunction.run does, so profilers still see direct launches.)"""
+        tail = self._constexpr_tail()
+        if self.binary is None or tail is None or not hasattr(self.binary, "__getitem__"):
+            return False
+        want, got = self._allocate(), self._allocate()
+        self.fn[self.grid](*args, *want, *self.scalars, **self.config)
+        try:
+            self.binary[self.grid + (1,) * (3 - len(self.grid))](*args, *got, *self.scalars, *tail)
+        except (TypeError, ValueError, AttributeError, IndexError):  # another launcher's calling convention
+            return False
+        return all(_same_bits(a, b) for a, b in zip(want, got))
 
     def _tune(self, inputs: tuple) -> None:
         key = (self.digest, (self.xnumel, self.rnumel))
@@ -351,6 +409,13 @@ class Launcher(KernelLauncher):
             with ThreadPoolExecutor(max_workers=min(len(rest), os.cpu_count() or 1)) as pool:
                 built += list(pool.map(build, rest))
         return [c for c in built if c is not None]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same values, NaN where the other has NaN."""
+    if a.is_floating_point():
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+    return torch.equal(a, b)
 
 
 def _best_path(digest: str) -> str:

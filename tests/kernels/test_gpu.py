@@ -96,3 +96,19 @@ def test_a_language_model_head_with_unaligned_rows_is_padded_and_matches_eager()
     (compiled,) = built
     targets = [n.target for n in compiled.framejit_graph.nodes if n.op == "call_function"]
     assert torch.ops.aten.constant_pad_nd.default in targets
+
+
+def test_kernels_launch_their_binaries_directly_and_unaligned_inputs_still_work():
+    from framejit.testing import built_by_pipeline
+
+    x = torch.randn(64, 1000, device="cuda")
+    with built_by_pipeline() as built:
+        f = framejit.compile(softmax)
+        assert_close_to_eager(f(x), softmax(x))
+    ((launcher,),) = [fn.framejit_kernels for fn in built]
+    assert launcher.direct, "the compiled binary did not give Triton's own launch's bits"
+    for _ in range(3):
+        assert_close_to_eager(f(x), softmax(x))
+    shifted = torch.randn(64 * 1000 + 1, device="cuda")[1:].view(64, 1000)
+    assert shifted.data_ptr() % 16 == 4
+    assert_close_to_eager(f(shifted), softmax(shifted))
