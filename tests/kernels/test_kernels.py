@@ -3,6 +3,8 @@ the Triton kernels (interpreter on CPU), the C kernels (CPU) and the description
 interpreter, each compared with eager torch. The ``renderer`` fixture (conftest) runs each test
 through Triton and through C."""
 
+import math
+
 import pytest
 import torch
 
@@ -65,14 +67,30 @@ def test_unary_ops_on_special_values(name, device):
     check(f, x, kernels=1)
 
 
-@pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh", "expm1"])
-def test_exp_family_is_accurate_over_fp32s_whole_range(name, device):
+#: Where each transcendental op is checked densely: exp's family over fp32's whole range, logs
+#: near 1 (where log(1 + e) is e) and over many binades, sin/cos over a few periods.
+RANGES = {
+    "exp": (-110, 110), "sigmoid": (-110, 110), "tanh": (-20, 20), "expm1": (-110, 110),
+    "log": (1e-30, 1e4), "log1p": (-0.999, 1e4), "sin": (-40, 40), "cos": (-40, 40),
+    "sqrt": (0, 1e6), "rsqrt": (1e-20, 1e6), "erf": (-6, 6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANGES))
+def test_transcendental_ops_are_accurate_over_their_range(name, device):
     # A GPU's tl.exp is exp2(x * log2(e)) and the rounded product cost up to 15 ulp near
     # exp's overflow (found on an H200): each result is now within 4 ulp of the float64 value
     # (subnormal results within 4 of their spacing, 2^-149), or of eager's own error where that
-    # is larger (a sigmoid below -88.7 is 0 in eager fp32 too: 1 / (1 + inf)).
+    # is larger (a sigmoid below -88.7 is 0 in eager fp32 too: 1 / (1 + inf)). The logs are
+    # also checked close to 1, in steps of 2^-20, where an approximate log2 times ln 2 fails.
     op = UNARY[name]
-    x = torch.cat([torch.linspace(-110, 110, 4401), torch.tensor([88.72, 88.7228, -87.34, -103.9])])
+    lo, hi = RANGES[name]
+    x = torch.linspace(lo, hi, 4401)
+    if lo > 0 and hi / lo > 1e3:
+        x = torch.logspace(math.log10(lo), math.log10(hi), 4401)
+    near_one = 1 + torch.arange(-2000, 2000) * 2.0**-20
+    x = torch.cat([x, near_one - (1 if name == "log1p" else 0), torch.tensor([88.72, -87.34, -103.9])])
+    x = x[(x >= lo) & (x <= hi)]
     got, _ = run_kernels(lambda x: op(A.mul.Tensor(x, 1.0)), x.to(device))
     want = op(x.double())
     finite = torch.isfinite(want.float())
