@@ -6,7 +6,7 @@ GPU time means the host is the bottleneck (launch and Python overhead), not the 
     python benchmarks/gpu_profile.py [--model NAME[,NAME]] [--top N] [--dtype bf16|fp16|fp32]
 
 NAME is a row name of benchmarks/models.py's CUDA forward table, or its start ("GPT-2", "Llama",
-"GPT block"); the default profiles the GPT block and GPT-2. Also prints the host time of one
+"GPT block"); the default profiles the GPT block, GPT-2, BERT and T5. Also prints the host time of one
 launch of a tiny fused kernel (ten pointwise ops on a 4x4 tensor), where launch overhead is all
 there is. Needs CUDA.
 """
@@ -75,7 +75,7 @@ def launch_us(fn, args, number: int = 2000) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="GPT block,GPT-2")
+    ap.add_argument("--model", default="GPT block,GPT-2,BERT,T5")
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     opts = ap.parse_args()

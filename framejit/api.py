@@ -200,14 +200,17 @@ def stats() -> dict:
         f(x)
         framejit.stats()
         # {'frames': 1, 'graphs': 1, 'graph_breaks': 0, 'fallbacks': 0, 'recompiles': 0,
-        #  'ops': 3, 'capture_seconds': 0.004, 'kernels': 0, 'kernel_seconds': 0.0}
+        #  'ops': 3, 'capture_seconds': 0.004, 'kernels': 0, 'kernel_seconds': 0.0,
+        #  'kernel_layout_misses': 0}
 
     ``frames``: frames offered to capture; ``graphs``: graphs compiled; ``graph_breaks``: frames
     split where something could not be captured; ``fallbacks``: frames that ran as plain Python;
     ``recompiles``: captures after a cached version's guards failed; ``ops``: operations in the
     graphs; ``capture_seconds``: time spent capturing and compiling (kernels included);
     ``kernels``: generated kernels (Triton, C); ``kernel_seconds``: the part of
-    ``capture_seconds`` spent rendering, loading and tuning them.
+    ``capture_seconds`` spent rendering, loading and tuning them; ``kernel_layout_misses``:
+    kernels called with an input laid out otherwise than they were compiled for, which ran
+    such calls as their torch ops (``set_logs("kernels")`` says which and why).
     """
     s = record.stats
     return {
@@ -220,6 +223,7 @@ def stats() -> dict:
         "capture_seconds": s.capture_seconds,
         "kernels": s.kernels,
         "kernel_seconds": s.kernel_seconds,
+        "kernel_layout_misses": s.kernel_layout_misses,
     }
 
 

@@ -180,6 +180,18 @@ class KernelBuilt(Event):
 
 
 @dataclass
+class KernelLayoutMiss(Event):
+    """A kernel was called with an input laid out otherwise than it was compiled for (strides
+    predicted from meta kernels that a device's real kernel does not follow, say), so that call
+    ran as the group's torch ops. Emitted at a kernel's first such call only."""
+
+    name: str = ""
+    reason: str = ""
+
+    kind = "kernel_layout_miss"
+
+
+@dataclass
 class Stage(Event):
     """Time spent in one compile stage (``passes``, ...) outside the events above."""
 
@@ -265,6 +277,7 @@ class Stats:
     capture_seconds: float = 0.0
     kernels: int = 0         # kernels generated
     kernel_seconds: float = 0.0  # generating and compiling them
+    kernel_layout_misses: int = 0  # kernels that ran as torch ops for an input's layout
 
     def clear(self) -> None:
         for f in fields(self):
@@ -298,6 +311,8 @@ def _count(event: Event) -> None:
         s.kernel_seconds += event.seconds
     elif isinstance(event, KernelBuilt):
         s.kernel_seconds += event.seconds
+    elif isinstance(event, KernelLayoutMiss):
+        s.kernel_layout_misses += 1
 
 
 # -- the log ------------------------------------------------------------------------------------

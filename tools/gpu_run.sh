@@ -14,7 +14,7 @@
 # bench  kernels, then models:
 #   kernels  benchmarks/kernels.py --quick (CSV too; KERNELS_ARGS replaces --quick);
 #   models   benchmarks/models.py --device cuda --quick.
-# profile  benchmarks/gpu_profile.py: wall vs GPU time and kernels per call of two models, and the
+# profile  benchmarks/gpu_profile.py: wall vs GPU time and kernels per call of four models, and the
 #        host time of one fused launch, for eager, framejit and Inductor (not part of all).
 #
 # Logs (and benchmarks/kernels.py's CSV) go to $OUT when it is set, else build/gpu-run/; each

@@ -115,6 +115,10 @@ def read(event: record.Event) -> None:
     elif isinstance(event, record.KernelsDeclined):
         if "kernels" in on:
             _print("kernels", f"no kernels for a graph: {event.reason}")
+    elif isinstance(event, record.KernelLayoutMiss):
+        if "kernels" in on:
+            _print("kernels", f"kernel {event.name} ran as torch ops: {event.reason} (calls "
+                              f"with inputs laid out so run its torch ops, slower)")
     elif isinstance(event, record.KernelBuilt):
         if "perf" in on:
             how = "found in the disk cache" if event.cached else "compiled"

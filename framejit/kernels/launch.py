@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .. import diskcache
-from .ir import Kernel, expr_text
+from .. import diskcache, record
+from .ir import Kernel, evaluate, expr_text
 
 
 def cache_dir(kind: str) -> str:
@@ -85,12 +85,27 @@ class KernelLauncher:
         self._fast = launch_function(self, call, namespace, prelude)
 
     def _layout_miss(self, *inputs):
-        """An input is not laid out as the kernel expects: run the group's torch ops."""
+        """An input is not laid out as the kernel expects: run the group's torch ops (the
+        first time, say so in the record: ``stats()["kernel_layout_misses"]``, the kernels
+        log)."""
         if self.fallback is None:
             raise RuntimeError(f"kernel {self.name}: an input's strides differ from those it was "
                                f"compiled for and it has no fallback")
+        if not self.layout_misses:
+            self._record_miss(inputs)
         self.layout_misses += 1
         return self.fallback(*inputs[:self.tensor_count])
+
+    def _record_miss(self, inputs: tuple) -> None:
+        _, values = self.bind_sizes(inputs)
+        found = []
+        for i, (size, stride) in sorted(self.checked_inputs.items()):
+            t = inputs[i]
+            want = tuple(int(evaluate(s, values)) for s in stride)
+            if not layout_fits(t, tuple(int(evaluate(s, values)) for s in size), want):
+                found.append(f"input {i} has strides {tuple(t.stride())}, compiled for {want}")
+        record.emit(record.KernelLayoutMiss(
+            name=self.name, reason="; ".join(found) or "an input's layout differs"))
 
     @property
     def tensor_count(self) -> int:

@@ -303,9 +303,10 @@ def test_a_kernel_input_laid_out_unlike_its_example_value_runs_as_torch_ops():
     assert framejit.stats()["kernels"] >= 1
 
 
-def test_inputs_from_torch_ops_are_checked_and_graph_inputs_are_not(monkeypatch):
+def test_inputs_from_torch_ops_are_checked_and_graph_inputs_are_not(monkeypatch, capsys):
     from framejit.backends import registry
     from framejit.compiler import default_backend
+    from framejit.debug import logs
 
     seen = []
 
@@ -321,12 +322,23 @@ def test_inputs_from_torch_ops_are_checked_and_graph_inputs_are_not(monkeypatch)
     f = lambda x, w: torch.relu(x @ w) + x.sum()  # noqa: E731
     monkeypatch.setitem(registry._REGISTRY, "test_lying_meta",
                         registry.Backend("test_lying_meta", backend, True))
-    got = framejit.compile(f, backend="test_lying_meta", fullgraph=True)(x, w)
+    logs.set_logs("kernels")
+    try:
+        compiled = framejit.compile(f, backend="test_lying_meta", fullgraph=True)
+        got = compiled(x, w)
+        compiled(x, w)
+    finally:
+        logs.set_logs()
     assert_close_to_eager(got, f(x, w))
     checked = {k.name: dict(k.checked_inputs) for k in seen}
     (relu,) = [k for k in seen if 0 in k.checked_inputs]
-    assert relu.checked_inputs[0] == ((6, 7), (1, 6)) and relu.layout_misses == 1, checked
+    assert relu.checked_inputs[0] == ((6, 7), (1, 6)) and relu.layout_misses == 2, checked
     assert all(not k.checked_inputs for k in seen if k is not relu), checked
+    # Said once, with the input and both layouts: slower calls are not silent.
+    assert framejit.stats()["kernel_layout_misses"] == 1
+    err = capsys.readouterr().err
+    assert err.count("ran as torch ops") == 1
+    assert "input 0 has strides (7, 1), compiled for (1, 6)" in err
 
 
 def test_exp_special_lanes_and_subnormal_results_in_a_masked_softmax():
