@@ -115,7 +115,7 @@ def main() -> int:
         print(f"{name}, {opts.dtype}: wall ms per call, GPU busy ms per call, kernels per call")
         with torch.no_grad():
             for label, m in contenders.items():
-                call = lambda m=m: m(*args, **kwargs)  # noqa: E731
+                call = lambda m=m, a=args, k=kwargs: m(*a, **k)  # noqa: E731
                 call()
                 wall = time_ms(call, device, quick=True)
                 gpu, launches, top = gpu_profile(call)

@@ -256,20 +256,20 @@ def test_tuples_built_from_themselves_in_a_loop(stats):
 
 
 def test_lists_and_dicts_nested_a_thousand_deep_are_rebuilt(stats):
-    """``l = [l, i]`` and ``d = {"in": d}`` 1000 times, returned: each compiles at once (a
+    """``seq = [seq, i]`` and ``d = {"in": d}`` 1000 times, returned: each compiles at once (a
     rebuild that recursed per level overflowed and fell back), and every level is a fresh
     object holding the same one below, as eager's."""
     def nested(x):
-        l, d = [x * 2], {"x": x + 1}
+        seq, d = [x * 2], {"x": x + 1}
         for i in range(1000):
-            l = [l, i]
-            d = {"in": d, "same": l}
-        return l, d
+            seq = [seq, i]
+            d = {"in": d, "same": seq}
+        return seq, d
 
-    l, d = framejit.compile(nested)(torch.ones(2))
+    seq, d = framejit.compile(nested)(torch.ones(2))
     assert stats.eager_frames == 0 and stats.graphs == 1, stats
     for i in reversed(range(1000)):
-        assert d["same"] is l and l[1] == i
-        l, d = l[0], d["in"]
-    assert_close_to_eager(l[0], torch.ones(2) * 2)
+        assert d["same"] is seq and seq[1] == i
+        seq, d = seq[0], d["in"]
+    assert_close_to_eager(seq[0], torch.ones(2) * 2)
     assert_close_to_eager(d["x"], torch.ones(2) + 1)
