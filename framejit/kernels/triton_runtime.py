@@ -340,19 +340,30 @@ class Launcher(KernelLauncher):
 
     def _direct_matches(self, args: list) -> bool:
         """Whether launching the compiled binary directly writes the same bits as Triton's
-        own launch, on the first call's arguments (a fixed seed, fresh outputs for each). Any
-        doubt keeps Triton's launch. (The binary's launcher reads Triton's launch hooks at each
-        call, as JITFunction.run does, so profilers still see direct launches.)"""
+        own launch, on the first call's arguments (a fixed seed, fresh outputs for each). What
+        this checks is Triton's calling convention, one per process: a kernel whose outputs
+        are too big to allocate twice more (:data:`DIRECT_CHECK_BYTES`) trusts an earlier
+        kernel's check, and any failed check turns direct launches off for every later
+        kernel. Any doubt keeps Triton's launch. (The binary's launcher reads Triton's launch
+        hooks at each call, as JITFunction.run does, so profilers still see direct launches.)"""
+        global _direct_ok
         tail = self._constexpr_tail()
-        if self.binary is None or tail is None or not hasattr(self.binary, "__getitem__"):
+        if _direct_ok is False or self.binary is None or tail is None \
+                or not hasattr(self.binary, "__getitem__"):
             return False
+        at = lambda e: evaluate(product(e), self.values)  # noqa: E731
+        if sum(at(size) * dtype.itemsize for size, _, dtype in self.outputs) > DIRECT_CHECK_BYTES:
+            return bool(_direct_ok)
         want, got = self._allocate(), self._allocate()
         self.fn[self.grid](*args, *want, *self.scalars, **self.config)
         try:
             self.binary[self.grid + (1,) * (3 - len(self.grid))](*args, *got, *self.scalars, *tail)
-        except (TypeError, ValueError, AttributeError, IndexError):  # another launcher's calling convention
-            return False
-        return all(_same_bits(a, b) for a, b in zip(want, got))
+            same = all(_same_bits(a, b) for a, b in zip(want, got))
+        except (TypeError, ValueError, AttributeError, IndexError):  # another calling convention
+            same = False
+        if _direct_ok is None or not same:
+            _direct_ok = same
+        return same
 
     def _tune(self, inputs: tuple) -> None:
         key = (self.digest, (self.xnumel, self.rnumel))
@@ -409,6 +420,14 @@ class Launcher(KernelLauncher):
             with ThreadPoolExecutor(max_workers=min(len(rest), os.cpu_count() or 1)) as pool:
                 built += list(pool.map(build, rest))
         return [c for c in built if c is not None]
+
+
+#: Outputs larger than this (bytes, all of a kernel's together) are not allocated twice more
+#: to check a direct launch; the kernel relies on an earlier kernel's check.
+DIRECT_CHECK_BYTES = 64 << 20
+
+#: What the checks of direct launches found in this process: None before the first.
+_direct_ok: bool | None = None
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -10,11 +10,18 @@ import pytest
 import torch
 
 import framejit
+from framejit.kernels import triton_runtime
 from framejit.kernels.triton_runtime import Launcher
 
 from .conftest import DEVICE, KernelCompiler
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="fakes a binary with Triton's interpreter")
+
+
+@pytest.fixture(autouse=True)
+def no_earlier_check(monkeypatch):
+    """Each test starts as a fresh process would: no direct launch checked yet."""
+    monkeypatch.setattr(triton_runtime, "_direct_ok", None)
 
 A = torch.ops.aten
 
@@ -140,3 +147,27 @@ def test_a_kernel_with_run_time_sizes_launches_directly_at_every_size():
     (launcher,) = made
     assert launcher.kernel.is_dynamic and launcher.direct
     assert launcher.fn.binary.launches == 1 + 3  # the first call's check, then each call
+
+
+def test_one_failed_check_keeps_every_later_kernel_on_tritons_launch():
+    x, w = torch.randn(8, 32), torch.randn(32)
+    compiled, made = _run(softmax_times_w, x, w, wrong=True)
+    compiled(x, w)
+    other, made_after = _run(lambda x: torch.relu(x * 3), x)
+    torch.testing.assert_close(other(x), torch.relu(x * 3))
+    (launcher,) = made_after
+    assert not launcher.direct and launcher.fn.binary.launches == 0
+
+
+def test_a_kernel_with_big_outputs_trusts_an_earlier_check(monkeypatch):
+    x, w = torch.randn(8, 32), torch.randn(32)
+    monkeypatch.setattr(triton_runtime, "DIRECT_CHECK_BYTES", 0)
+    compiled, made = _run(softmax_times_w, x, w)
+    compiled(x, w)
+    (unchecked,) = made
+    assert not unchecked.direct  # nothing checked yet: Triton's launch
+    monkeypatch.setattr(triton_runtime, "_direct_ok", True)
+    other, made_after = _run(lambda x: torch.relu(x * 3), x)
+    torch.testing.assert_close(other(x), torch.relu(x * 3))
+    (trusted,) = made_after
+    assert trusted.direct and trusted.fn.binary.launches == 1  # the call itself, no check
