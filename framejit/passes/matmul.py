@@ -176,9 +176,10 @@ def _padded_matmul(graph: Graph, node: Node, pad: int) -> Node | None:
 
 
 def _weight(arg, dim: int) -> bool:
-    """Whether ``arg`` is a node of a ``dim``-dimensional tensor without gradients."""
+    """Whether ``arg`` is a node of a ``dim``-dimensional tensor (a parameter may require grad:
+    the matmul's result does not, so the graph runs without autograd)."""
     v = arg.meta.get("val") if isinstance(arg, Node) else None
-    return isinstance(v, torch.Tensor) and v.dim() == dim and not v.requires_grad
+    return isinstance(v, torch.Tensor) and v.dim() == dim
 
 
 def _pad(graph: Graph, arg: Node, pad: list[int]) -> Node:

@@ -103,6 +103,16 @@ def test_aligned_small_or_grad_matmuls_are_left_alone(rewrite, capture_graph):
         assert not _aligned(captured.graph)
 
 
+def test_a_language_model_head_in_inference_is_padded(rewrite):
+    # nn.Linear's weight requires grad even under no_grad: the result does not, and that is
+    # what decides (GPT-2's head is such a parameter).
+    head = torch.nn.Linear(64, 1025, bias=False)
+    x = torch.randn(1024, 64)
+    with torch.no_grad():
+        captured = rewrite(_aligned, head, x)
+    assert torch.ops.aten.constant_pad_nd.default in captured.targets()
+
+
 def test_padded_matmuls_run_through_the_kernel_pipeline(monkeypatch):
     # The whole pipeline on CPU tensors with the pass turned on for them: the pad, the matmul,
     # the slice and the copy back (fused with the GELU after it) give eager's result and layout.
