@@ -155,8 +155,9 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
         rblock = _next_pow2(rnumel)
         if interpret:
             return [{"XBLOCK": max(1, min(_next_pow2(xnumel), 65536 // rblock)), "RBLOCK": rblock}]
-        # At most three: blocks of about 2048, 4096 and 1024 elements (rows of 4096 and
-        # more: one row, with twice the warps as the other choice).
+        # At most three: blocks of about 2048, 4096 and 1024 elements; rows of 4096 and more
+        # are one row a block, with 8, 16 or 4 warps (a 16-bit softmax of 4096-wide rows,
+        # one row a program, ran at half the copy bandwidth on an H200: latency, not bytes).
         out = []
         for elems in (2048, 4096, 1024):
             xblock = max(1, min(elems // rblock, 32, _next_pow2(xnumel)))
@@ -164,7 +165,7 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
             warps = 1 if size <= 256 else 2 if size <= 512 else 4 if size <= 2048 else 8
             out.append({"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": warps})
         if rblock >= 4096:
-            out.append({"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 16})
+            out += [{"XBLOCK": 1, "RBLOCK": rblock, "num_warps": w} for w in (16, 4)]
         return [c for i, c in enumerate(out) if c not in out[:i]][:3]
     inner = triton_render.is_inner_reduction(kernel)
     if interpret:

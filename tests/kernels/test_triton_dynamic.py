@@ -290,3 +290,29 @@ def test_dynamic_kernels_compile_for_a_gpu(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("compiled") == len(cases)
+
+
+def test_a_first_call_tries_few_configs():
+    # Each config tried on a GPU is a compile inside the first call: one for a pointwise
+    # kernel (as Inductor's default mode), at most three for a reduction. A persistent
+    # reduction of 4096-wide rows tries 8, 16 and 4 warps.
+    from framejit.kernels.ir import Buffer, Kernel, Op
+    from framejit.kernels.triton_runtime import configs
+
+    f32 = torch.float32
+
+    def kernel(n, reduce):
+        ops = [Op("load", ("in0",), f32)]
+        ops += [Op("reduce", ("sum", 0), f32)] if reduce else [Op("exp", (0,), f32)]
+        ops += [Op("store", ("out0", 1), f32)]
+        # configs() reads the sizes, the reduced dims and the inputs' strides only.
+        return Kernel("k", (1024, n), (1,) if reduce else (),
+                      [Buffer("in0", f32, (n, 1)), Buffer("out0", f32, (n, 1), is_output=True)], ops)
+
+    assert len(configs(kernel(4096, reduce=False), interpret=False)) == 1
+    for n in (16, 768, 3000, 4096, 8192, 50_000):
+        found = configs(kernel(n, reduce=True), interpret=False)
+        assert 1 <= len(found) <= 3, (n, found)
+        assert len({tuple(sorted(c.items())) for c in found}) == len(found)
+    wide = configs(kernel(4096, reduce=True), interpret=False)
+    assert sorted(c["num_warps"] for c in wide) == [4, 8, 16] and all(c["XBLOCK"] == 1 for c in wide)
