@@ -73,6 +73,24 @@ def launch_us(fn, args, number: int = 2000) -> float:
     return best
 
 
+def launch_paths(x: torch.Tensor) -> None:
+    """Host µs of one launch of a one-kernel function's kernel, through the compiled binary
+    (framejit's direct launch) and through Triton's ``JITFunction`` launch."""
+    from framejit.testing import built_by_pipeline
+
+    framejit.reset()
+    with built_by_pipeline() as built:
+        framejit.compile(lambda x: x * 2 + 1)(x)
+    (launcher,) = [k for fn in built for k in fn.framejit_kernels]
+    if getattr(launcher, "_slow", None) is None:
+        print(f"One kernel launch: {launcher!r} is not a Triton kernel; no launch paths to compare")
+        return
+    direct = launch_us(launcher, (x,)) if launcher.direct else None
+    slow = launch_us(launcher._slow, (x,))
+    shown = f"{direct:8.1f}" if direct is not None else "     off"
+    print(f"One kernel launch (host µs): direct {shown}   through Triton's JITFunction {slow:8.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="GPT block,GPT-2,BERT,T5")
@@ -99,6 +117,8 @@ def main() -> int:
     print(f"  eager (10 kernels) {launch_us(ten_ops, (x, y)):8.1f}   framejit "
           f"{launch_us(fj, (x, y)):8.1f} ({framejit.stats()['kernels']} kernel)   "
           f"Inductor {launch_us(ind, (x, y)):8.1f}")
+
+    launch_paths(x)
 
     wanted = [w.strip() for w in opts.model.split(",")]
     for name, make, make_args, make_kwargs in _forward_cases(tiny=False, quick=True):

@@ -284,7 +284,7 @@ def _forward_row(name, model, args, kwargs, device, quick):
         row["fj_first_s"], out = first_call_s(compiled, args, kwargs, device)
         s = framejit.stats()
         row.update(graphs=s["graphs"], breaks=s["graph_breaks"], fallbacks=s["fallbacks"],
-                   kernels=s["kernels"], err=_rel_error(out, reference))
+                   kernels=s["kernels"], kernel_s=s["kernel_seconds"], err=_rel_error(out, reference))
         del out
         row["fj_ms"] = time_ms(call(compiled), device, quick=quick)
         row["recompiles"] = framejit.stats()["recompiles"]
@@ -314,6 +314,7 @@ def _forward_line(r: dict) -> str:
     return (f"{r['name']:<18}{fmt(g('eager_ms'), '.2f', 10)}{fmt(g('fj_ms'), '.2f', 9)}"
             f"{fmt(g('ind_ms'), '.2f', 9)}{fmt(_ratio(g('fj_ms'), g('eager_ms')), '.2f', 10)}"
             f"{fmt(_ratio(g('fj_ms'), g('ind_ms')), '.2f', 8)}{fmt(g('fj_first_s'), '.2f', 10)}"
+            f"{fmt(g('kernel_s'), '.2f', 8)}"
             f"{fmt(g('ind_first_s'), '.2f', 11)}{fmt(_ratio(g('ind_first_s'), g('fj_first_s')), '.1f', 11)}"
             f"{fmt(g('graphs'), 'd', 8)}{fmt(g('breaks'), 'd', 8)}{fmt(g('kernels'), 'd', 9)}"
             f"{fmt(g('recompiles'), 'd', 8)}{fmt(g('misses'), 'd', 7)}{fmt(g('err'), '.1e', 9)}")
@@ -375,13 +376,14 @@ def run_forward(opts):
 
     print()
     print(f"{'model':<18}{'eager ms':>10}{'fj ms':>9}{'ind ms':>9}{'fj/eager':>10}{'fj/ind':>8}"
-          f"{'1st fj s':>10}{'1st ind s':>11}{'ind/fj 1st':>11}{'graphs':>8}{'breaks':>8}{'kernels':>9}"
+          f"{'1st fj s':>10}{'kern s':>8}{'1st ind s':>11}{'ind/fj 1st':>11}{'graphs':>8}{'breaks':>8}{'kernels':>9}"
           f"{'recomp':>8}{'lmiss':>7}{'rel err':>9}")
     for r in rows:
         print(_forward_line(r))
     print("ms: median time per forward call; fj/eager, fj/ind: time ratios (lower: framejit faster); "
           "1st: first call, capture + compile + tuning, synchronized (caches cold unless "
-          "--warm-caches); ind/fj 1st > 1: framejit compiles faster; graphs/breaks/kernels: framejit's "
+          "--warm-caches); kern s: the part of framejit's first call spent building kernels (Triton's "
+          "compiles and tuning on a GPU); ind/fj 1st > 1: framejit compiles faster; graphs/breaks/kernels: framejit's "
           "counts on the first call; recomp: over all timed calls; lmiss: kernels that ran as torch ops "
           "for an input's layout (FRAMEJIT_LOGS=kernels says which); rel err: ‖framejit − eager‖/‖eager‖ "
           "of the main output.")
