@@ -178,8 +178,8 @@ class _Renderer:
         self.int64 = self._needs_int64()
         # tl.exp's error (|x| / 2 fp32 ulp at most, 5e-6 relative near 88) is far below half a
         # 16-bit ulp (2.4e-4 in fp16), so a kernel that stores only fp16/bf16 values keeps it;
-        # any other store takes the accurate _exp, which costs about 25% of a 16-bit softmax's
-        # bandwidth on an H200.
+        # any other store takes the accurate _exp (on an H200 a bf16 softmax with it reached
+        # 2096 GB/s at 8192x4096, against 2561 without it at 4096x4096: two runs, two shapes).
         self.exp = ("tl.exp" if all(b.dtype in (torch.float16, torch.bfloat16) for b in kernel.outputs)
                     else "_exp")
         self.symbols = kernel.symbols()

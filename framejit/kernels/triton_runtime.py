@@ -242,11 +242,15 @@ class Launcher(KernelLauncher):
         """Use ``config``; ``grid`` and ``scalars`` (the kernel's int arguments) are then those
         of the static sizes, or of a dynamic kernel's first call."""
         self.config = config
-        self.grid = (-(-self.xnumel // config["XBLOCK"]),)
+        self.grid = self._grid(config)
         if self.kernel.is_dynamic:
             self.scalars = tuple(self.values[s.name] for s in self.kernel.symbols())
         else:
             self.scalars = (self.xnumel,) if self.rnumel is None else (self.xnumel, self.rnumel)
+
+    def _grid(self, config: dict) -> tuple[int]:
+        """The launch grid of ``config``: one program per XBLOCK outputs."""
+        return (-(-self.xnumel // config["XBLOCK"]),)
 
     def _allocate(self) -> list[torch.Tensor]:
         at = lambda e: tuple(evaluate(x, self.values) for x in e)  # noqa: E731
@@ -282,10 +286,12 @@ class Launcher(KernelLauncher):
             slow = launch_function(self, f"_run({{args}}{{syms}}, grid=({blocks},), warmup=False, {config})",
                                    {"_run": self.fn.run})
             direct = f"_binary[({blocks}, 1, 1)]({{args}}{{syms}}, {{tail}})"
+            binary = {"_binary": self.binary}
         else:
             scalars = ", ".join(repr(v) for v in self.scalars)
             slow = launch_function(self, f"_run({{args}}, {scalars}, {config})", {"_run": self.fn[self.grid]})
             direct = f"_direct({{args}}, {scalars}, {{tail}})"
+            binary = {"_direct": self.binary[(*self.grid, 1, 1)]} if self.direct else {}
         self._slow = slow  # Triton's own launch (benchmarks/gpu_profile.py times both)
         if not self.direct:
             self._fast = slow
@@ -297,9 +303,7 @@ class Launcher(KernelLauncher):
         if params:
             pointers = " | ".join(f"{a}.data_ptr()" for a in params)
             prelude = (f"if ({pointers}) & 15:", f"    return _slow({', '.join(params + syms)})")
-        self._set_fast(direct.replace("{tail}", tail),
-                       {"_binary": self.binary, "_direct": self.binary[self.grid + (1,) * (3 - len(self.grid))],
-                        "_slow": slow}, prelude)
+        self._set_fast(direct.replace("{tail}", tail), {**binary, "_slow": slow}, prelude)
 
     def _first_call(self, inputs: tuple):
         # Triton compiles at the first launch: a kernel this device cannot build runs as the
@@ -359,7 +363,7 @@ class Launcher(KernelLauncher):
         want, got = self._allocate(), self._allocate()
         self.fn[self.grid](*args, *want, *self.scalars, **self.config)
         try:
-            self.binary[self.grid + (1,) * (3 - len(self.grid))](*args, *got, *self.scalars, *tail)
+            self.binary[(*self.grid, 1, 1)](*args, *got, *self.scalars, *tail)
             same = all(_same_bits(a, b) for a, b in zip(want, got))
         except (TypeError, ValueError, AttributeError, IndexError):  # another calling convention
             same = False
@@ -410,8 +414,7 @@ class Launcher(KernelLauncher):
 
         def build(config: dict) -> dict | None:
             try:
-                self.fn.warmup(*args, *outs, *self.scalars, grid=(-(-self.xnumel // config["XBLOCK"]),),
-                               **config)
+                self.fn.warmup(*args, *outs, *self.scalars, grid=self._grid(config), **config)
             except compile_errors():
                 return None
             return config
