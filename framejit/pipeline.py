@@ -24,6 +24,7 @@ import torch
 
 from . import _C, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
+from .kernels import triton_pool
 from .kernels.ir import Sym
 from .kernels.launch import donate_dead_inputs, layout_fits
 from .kernels.lowering import LoweringError, classify, lower_group, reduction_dims
@@ -115,6 +116,7 @@ def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
         if launch is not None:
             launches.append(launch)
             seconds.append(time.perf_counter() - t0)
+    triton_pool.compile_ahead([launch for launch, _, _ in launches])  # CUDA graphs only
     new_graph = _rebuild(graph, launches, shapes)
     for launch, s in zip(launches, seconds):  # recorded once all of them are used
         _record_kernel(launch, s)

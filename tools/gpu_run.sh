@@ -118,7 +118,9 @@ tests() {
     for f in tests/kernels/test_c.py tests/kernels/test_c_*.py tests/kernels/test_pattern_fuzz.py; do
         c_only+=(--ignore "$f")
     done
-    step tests_kernels env FRAMEJIT_TEST_GPU=1 "$py" -m pytest tests/kernels tests/backends \
+    # One pool of compile workers per xdist worker would be 256 processes: none here (tests_gpu
+    # has one, and a test of it).
+    step tests_kernels env FRAMEJIT_TEST_GPU=1 FRAMEJIT_COMPILE_WORKERS=0 "$py" -m pytest tests/kernels tests/backends \
         -m "not slow and not fuzz" "${c_only[@]}" -rfE -p no:cacheprovider "${extra[@]}"
     step tests_gpu env FRAMEJIT_TEST_GPU=1 "$py" -m pytest tests -m gpu -rfE -p no:cacheprovider
 }

@@ -261,6 +261,10 @@ class StateGuard(Guard):
         args = ", ".join(names(x) for x in (self.keys, self.state, self.types, self.nested))
         return [f"if not {names(state_matches)}({v}, {args}): return False"]
 
+    def same_state(self, other: StateGuard) -> bool:
+        from .values.copying import same_data
+        return self.keys == other.keys and same_data(self.state, other.state)
+
     def reason(self, value):
         from .values.copying import same_data, state_matches
         if state_matches(value, self.keys, self.state, self.types, self.nested):
@@ -470,10 +474,15 @@ class GuardSet:
 
     #: Sources that have a NoHooksGuard already (one per module is enough).
     _no_hooks: set = field(default_factory=set, repr=False, compare=False)
-    #: The batched tensor check (False: not built yet; None: none).
+    #: The batched tensor check and the ids of the guards it covers (False: not built yet;
+    #: (None, ()): none).
     _tensor_check: object = field(default=False, repr=False, compare=False)
 
     def add(self, guard: Guard) -> None:
+        if isinstance(guard, StateGuard) and any(
+                type(g) is StateGuard and g.source.key == guard.source.key and g.same_state(guard)
+                for g in self.guards):
+            return  # the object copied twice (T5's decoder copies its config twice)
         if isinstance(guard, NoHooksGuard):
             if guard.source in self._no_hooks:
                 return
@@ -508,12 +517,12 @@ class GuardSet:
         implied = {(g.source, g.implied_type()) for g in self.guards if not isinstance(g, TypeGuard)}
         written: set[str] = set()
         ordered = sorted(self.guards, key=lambda g: (_depth(g.source), g.order))
-        check = self._batched_tensor_check([g for g in ordered if type(g) is TensorGuard])
+        check, in_batch = self._batched_tensor_check([g for g in ordered if type(g) is TensorGuard])
         batched: list[str] = []  # the values it checks, loaded where their guards stood, in order
         for guard in ordered:
             if isinstance(guard, TypeGuard) and (guard.source, guard.typ) in implied:
                 continue
-            if check is not None and type(guard) is TensorGuard:
+            if check is not None and id(guard) in in_batch:
                 batched.append(value_of(guard.source))
                 continue
             if isinstance(guard, AliasGuard):
@@ -545,27 +554,35 @@ class GuardSet:
         """One call that checks every tensor of a :class:`TensorGuard` (torch's C++
         ``TensorGuards``, which Dynamo's guards use: type, dtype, device, requires_grad, sizes
         and strides, about 60 ns a tensor where a Python line took 300 ns: a 4-layer GPT-2's 53
-        parameters and inputs cost 16 µs a call), or None where torch lacks it or it does not
-        take these tensors (their Python lines are written instead). Built once, from the
-        tensors themselves, which are then let go; ``guards`` in the order the guard function
-        checks them."""
+        parameters and inputs cost 16 µs a call), and the ids of the guards it covers; (None,
+        ()) where torch lacks it or it does not take these tensors (their Python lines are
+        written instead). Built once, from the tensors themselves, which are then let go;
+        ``guards`` in the order the guard function checks them.
+
+        ``TensorGuards`` fails a call that passes one tensor twice, as Dynamo never does, so a
+        tensor reached by two paths (T5's shared embedding, GPT-2's tied LM head) is batched
+        at its first path; the guards of its other paths keep their Python lines."""
         if self._tensor_check is not False:
             return self._tensor_check
-        examples = [g.example for g in guards]
+        self._tensor_check = (None, ())
+        complete = all(g.example is not None for g in guards)
+        firsts: dict[int, TensorGuard] = {}
+        for g in guards:
+            firsts.setdefault(id(g.example), g)
+        unique = list(firsts.values())
+        examples = [g.example for g in unique]
         for g in guards:
             g.example = None
-        self._tensor_check = None
-        if len(guards) < 2 or _TensorGuards is None or any(t is None for t in examples):
-            return None
+        if not complete or len(unique) < 2 or _TensorGuards is None:
+            return self._tensor_check
         try:
             # It records requires_grad as grad mode leaves it: under the grad mode the calls
             # run in (guarded above), whatever capture switched since.
             with torch.set_grad_enabled(self.global_state[0]):
-                check = _TensorGuards(*examples, dynamic_dims_sizes=[list(g.shape) for g in guards],
-                                      dynamic_dims_strides=[list(g.stride) for g in guards]).check
-                ok = check(*examples)
-            if ok:
-                self._tensor_check = check
+                check = _TensorGuards(*examples, dynamic_dims_sizes=[list(g.shape) for g in unique],
+                                      dynamic_dims_strides=[list(g.stride) for g in unique]).check
+                if check(*examples):
+                    self._tensor_check = (check, frozenset(id(g) for g in unique))
         except Exception:  # (a private API: any trouble, and the Python lines check)
             pass
         return self._tensor_check

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .. import diskcache, record
-from . import triton_render
+from . import triton_pool, triton_render
 from .ir import Kernel, evaluate, expr_text, product
 from .launch import KernelLauncher, cache_dir, launch_function
 from .triton_render import is_persistent, render
@@ -101,7 +101,7 @@ def load_kernel(kernel: Kernel, source: str):
         if fn is not None:
             return fn
         digest = source_hash(source)
-        path = os.path.join(cache_dir("triton"), f"k_{digest}.py")
+        path = module_path(digest)
         if not os.path.exists(path):
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
@@ -115,6 +115,12 @@ def load_kernel(kernel: Kernel, source: str):
         fn = getattr(module, kernel.function_stem)
         _modules[source] = fn
         return fn
+
+
+def module_path(digest: str) -> str:
+    """Where the module of the kernel source with this digest is written (and loaded from, by
+    this process and by compile workers: see triton_pool)."""
+    return os.path.join(cache_dir("triton"), f"k_{digest}.py")
 
 
 def _next_pow2(n: int) -> int:
@@ -229,6 +235,7 @@ class Launcher(KernelLauncher):
         self.binary = None
         self.direct = False
         self.digest = source_hash(self.source)
+        self.module_path = module_path(self.digest)
 
     def _bind_first(self, values: dict[str, int]) -> None:
         """A dynamic kernel's first call: the sizes its config is chosen (tuned) for."""
@@ -332,6 +339,7 @@ class Launcher(KernelLauncher):
             return
         outs = self._allocate()
         args = self._trial_args(inputs)
+        triton_pool.claim(self, self.config)
         self.binary = self.fn.warmup(*args, *outs, *self.scalars, grid=self.grid, **self.config)
         self.direct = self._direct_matches(args)
 
@@ -413,6 +421,7 @@ class Launcher(KernelLauncher):
         self._set_config(self.configs[0])  # the size arguments, the same for every config
 
         def build(config: dict) -> dict | None:
+            triton_pool.claim(self, config)
             try:
                 self.fn.warmup(*args, *outs, *self.scalars, grid=self._grid(config), **config)
             except compile_errors():

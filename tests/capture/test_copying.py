@@ -188,3 +188,25 @@ def test_objects_not_copied_still_give_eager_answers(stats):
 
     x = r(3)
     assert_close_to_eager(framejit.compile(f)(x, c), x + 1)
+
+
+def test_an_object_copied_twice_is_guarded_once(stats):
+    """T5's decoder copies its config twice: one guard on the original's state, not two (each
+    compares the whole instance dict at every call)."""
+    from framejit import _C
+    from framejit.capture.values.copying import state_matches
+
+    cfg = Config()
+
+    def f(x, c):
+        return x * copy.deepcopy(c).scale + len(copy.deepcopy(c).names)
+
+    compiled = framejit.compile(f)
+    x = r(3)
+    assert_close_to_eager(compiled(x, cfg), f(x, cfg))
+    ((guard_fn, _, _, _),) = _C.get_cache_entries(f.__code__)
+    (name,) = [k for k, v in guard_fn.__globals__.items() if v is state_matches]
+    assert guard_fn.__framejit_source__.count(f"{name}(") == 1
+    cfg.scale = 3.0
+    assert_close_to_eager(compiled(x, cfg), f(x, cfg))
+    assert stats.recompiles == 1

@@ -112,3 +112,30 @@ def test_kernels_launch_their_binaries_directly_and_unaligned_inputs_still_work(
     shifted = torch.randn(64 * 1000 + 1, device="cuda")[1:].view(64, 1000)
     assert shifted.data_ptr() % 16 == 4
     assert_close_to_eager(f(shifted), softmax(shifted))
+
+
+def test_a_graph_compiles_its_kernels_ahead_in_worker_processes(monkeypatch, tmp_path):
+    """A CUDA graph's kernels are compiled in worker processes while the first call starts;
+    each compile the first call reaches is then Triton's disk cache, or cancelled and done
+    here (tests/kernels/test_triton_pool.py checks the cache hits without a GPU)."""
+    import torch.nn.functional as F
+
+    from framejit.kernels import triton_pool
+
+    monkeypatch.setenv("FRAMEJIT_COMPILE_WORKERS", "2")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path / "fj"))
+    triton_runtime._best.clear()
+    before = dict(triton_pool.counts)
+
+    def f(x, y, w, b):
+        return softmax(x), F.layer_norm(y, (y.shape[-1],), w, b) * 2
+
+    args = (torch.randn(256, 1000, device="cuda"), torch.randn(256, 768, device="cuda"),
+            torch.randn(768, device="cuda"), torch.randn(768, device="cuda"))
+    got = framejit.compile(f)(*args)
+    assert_close_to_eager(got, f(*args))
+    handed = triton_pool.counts["handed"] - before["handed"]
+    reached = sum(triton_pool.counts[k] - before[k] for k in ("by_workers", "cancelled", "failed"))
+    assert handed >= 2 and reached == handed and not triton_pool._jobs
+    assert triton_pool.counts["failed"] == before["failed"]
