@@ -68,6 +68,17 @@ def _exp(x):
     y = y * ((k - h + 127) << 23).to(tl.float32, bitcast=True)
     return tl.where(small, y, tl.where(x > 0, float("inf"), tl.where(x != x, x, 0.0)))
 ''',
+    # A pointwise kernel's draws: point p is lane p % 4 of Philox block p // 4, as in the C
+    # kernels: one Philox (ten rounds) gives four points, where tl.rand(seed, p) runs one for
+    # each point and keeps one lane. XBLOCK is a multiple of 4 (see triton_runtime.configs),
+    # so a program's points are whole blocks, and a point's number does not depend on XBLOCK.
+    "rand": '''
+@_jit
+def _rand_points(seed, xoffset, XBLOCK: tl.constexpr):
+    c = (xoffset // 4 + tl.arange(0, XBLOCK // 4)).to(tl.uint32)
+    u0, u1, u2, u3 = tl.rand4x(seed, c)
+    return tl.interleave(tl.interleave(u0, u2), tl.interleave(u1, u3))
+''',
     "argmax": '''
 @_jit
 def _argmax_combine(va, ia, vb, ib):
@@ -329,6 +340,9 @@ class _Renderer:
             # Stream s keys Philox with seed + s * 2^32 (the seed is below 2^31), as in C.
             stream = op.args[1]
             seed = f"tl.load({a[0]}).to(tl.uint32)" if not stream else f"(tl.load({a[0]}).to(tl.uint64) + {stream << 32})"
+            if not self.reduction:
+                self.helpers.add("rand")
+                return f"_rand_points({seed}, xoffset, XBLOCK)"
             return f"tl.rand({seed}, ({offset}).to(tl.uint32))"
         if k == "cast":
             if op.dtype == torch.bool:

@@ -154,7 +154,8 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
     if not kernel.is_reduction:
         # One config, as Inductor's default mode: blocks of 1024 barely differ from the others
         # on a memory-bound kernel, and every config tried is a compile in the first call.
-        xblock = min(_next_pow2(xnumel), 8192) if interpret else min(1024, max(256, _next_pow2(xnumel)))
+        # (At least 4: a program's random points are whole Philox blocks of 4, see triton_render.)
+        xblock = max(4, min(_next_pow2(xnumel), 8192)) if interpret else min(1024, max(256, _next_pow2(xnumel)))
         return [{"XBLOCK": xblock}] if interpret else [{"XBLOCK": xblock, "num_warps": 4 if xblock >= 512 else 2}]
     rnumel = product(kernel.reduce_sizes)
     if is_persistent(kernel):

@@ -509,6 +509,27 @@ def test_dropout_add_is_one_kernel_reproducible_and_scaled(device):
 
 
 @pytest.mark.triton_only
+def test_a_pointwise_draw_is_a_lane_of_a_philox_block_whatever_the_block_size(device):
+    """A pointwise Triton kernel draws four points per Philox call (point p is lane p % 4 of
+    block p // 4, as the C kernels do; tl.rand ran one call per point): the numbers must not
+    depend on the launch's XBLOCK, or a tuned config would change dropout's mask."""
+    x = torch.randn(37, 11, device=device)
+    _, backend = run_kernels(dropout_add, x, x)
+    (launcher,) = backend.kernels
+    assert "_rand_points(" in launcher.source and "tl.rand(" not in launcher.source
+    args = launcher._trial_args((x, x))
+    n = x.numel()
+    outs = []
+    for xblock in (4, 64, 512):
+        out = torch.empty_like(x)
+        launcher.fn[(-(-n // xblock),)](*args, out, n, XBLOCK=xblock)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    kept = (outs[0] - x) != 0
+    assert 0.6 < kept.float().mean().item() < 0.8
+
+
+@pytest.mark.triton_only
 def test_compiling_and_timing_a_random_kernel_draws_nothing_from_the_generator(device):
     # On a GPU the first call compiles and times several configs. Each trial once drew a seed,
     # so a first call that tuned left the generator elsewhere than one that found its config
