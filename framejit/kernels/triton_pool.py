@@ -35,6 +35,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -191,9 +192,15 @@ class _Pool:
             self.jobs.put(None)
         for proc in self.procs:
             try:
-                proc.stdin.close()
+                proc.stdin.close()  # the worker ends at the end of its input
             except OSError:
                 pass
+        deadline = time.monotonic() + 2.0  # a worker in a compile is not waited for longer
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def _get_pool() -> _Pool | None:
@@ -221,6 +228,18 @@ def _give_up_locked() -> None:
     if _pool is not None:
         _pool.shutdown()
     _pool = None
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) has the pool's pipes but not its threads: it
+    starts its own pool if it ever needs one."""
+    global _lock, _pool, _broken
+    _lock = threading.Lock()
+    _pool, _broken = None, False
+    _jobs.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register
