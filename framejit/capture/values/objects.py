@@ -8,7 +8,13 @@ import inspect
 import types
 
 from ...errors import Unsupported
-from ..sources import AttrSource, HasAttrSource, InstanceDictHasSource, ObjectSource
+from ..sources import (
+    AttrSource,
+    GenericAttrSource,
+    HasAttrSource,
+    InstanceDictHasSource,
+    ObjectSource,
+)
 from .attributes import generic_getattr, guarded_lookup, python_getattr_hook
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
@@ -98,11 +104,23 @@ class UserObjectValue(Value):
         return self.obj
 
     def getattr(self, tx, name):
-        if guarded_lookup(tx, type(self.obj), "__getattribute__") not in _GENERIC_GETATTRIBUTE:
+        custom = guarded_lookup(tx, type(self.obj), "__getattribute__")
+        if custom not in _GENERIC_GETATTRIBUTE:
+            if isinstance(custom, types.FunctionType) and self.source is not None:
+                # Inlined (transformers' configs map names through attribute_map): what it
+                # reads with object.__getattribute__ is guarded as that, so a guard does not
+                # run the method again at every call.
+                return tx.inline_function(custom, [self, const(name)], {})
             # Not the written value directly: the class may read another name (a config's
             # attribute_map), and that is the one written.
             return self._getattr_through_class(tx, name)
         return self.generic_getattr(tx, name)
+
+    def _attr_source(self, name: str):
+        """The source of attribute ``name`` as ``object.__getattribute__`` finds it."""
+        if type(self.obj).__getattribute__ in _GENERIC_GETATTRIBUTE:
+            return AttrSource(self.source, name)
+        return GenericAttrSource(self.source, name)
 
     def generic_getattr(self, tx, name):
         """``object.__getattribute__(obj, name)``: the standard lookup, whatever the class
@@ -128,7 +146,10 @@ class UserObjectValue(Value):
             if not hasattr(obj, name):
                 return MISSING
         else:
-            d = getattr(obj, "__dict__", None)
+            try:
+                d = object.__getattribute__(obj, "__dict__")
+            except AttributeError:
+                return MISSING
             if not isinstance(d, dict):
                 return MISSING
             if name not in d:
@@ -136,19 +157,19 @@ class UserObjectValue(Value):
                     from ..guards import EqualsGuard
                     tx.output.guards.add(EqualsGuard(InstanceDictHasSource(self.source, name), False))
                 return MISSING
-        value = getattr(obj, name)
-        return wrap(tx, value, AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, value)
+        value = object.__getattribute__(obj, name)
+        return wrap(tx, value, self._attr_source(name)) if self.source else wrap_sourceless(tx, value)
 
     def class_value(self, tx):
-        return ClassValue(type(self.obj), AttrSource(self.source, "__class__") if self.source else None)
+        return ClassValue(type(self.obj), self._attr_source("__class__") if self.source else None)
 
     def class_attribute(self, tx, name, static):
         """A class attribute that is not a function, static or class method: read through the
         object (a descriptor's ``__get__`` runs for real), guarded by its value."""
         from .builder import wrap, wrap_sourceless
 
-        value = getattr(self.obj, name)
-        return wrap(tx, value, AttrSource(self.source, name)) if self.source else wrap_sourceless(tx, value)
+        value = object.__getattribute__(self.obj, name)
+        return wrap(tx, value, self._attr_source(name)) if self.source else wrap_sourceless(tx, value)
 
     def getattr_fallback(self, tx, name):
         return python_getattr_hook(tx, self, name)
