@@ -56,6 +56,7 @@ from timing import (  # noqa: E402
 from torch import nn  # noqa: E402
 
 import framejit  # noqa: E402
+from framejit.kernels import triton_pool  # noqa: E402
 
 
 def _transformers_cases():
@@ -281,7 +282,13 @@ def _forward_row(name, model, args, kwargs, device, quick):
     try:
         framejit.reset()
         compiled = framejit.compile(model)  # backend="default": Triton kernels on CUDA tensors
+        ahead = dict(triton_pool.counts)
         row["fj_first_s"], out = first_call_s(compiled, args, kwargs, device)
+        ahead = {k: v - ahead[k] for k, v in triton_pool.counts.items()}
+        if ahead["handed"]:  # Triton compiles done ahead by worker processes (kernels/triton_pool)
+            row["notes"].append(f"compile workers: {ahead['by_workers']} of {ahead['handed']} "
+                                f"compiles built ahead ({ahead['cancelled']} done in the process, "
+                                f"{ahead['failed']} failed)")
         s = framejit.stats()
         row.update(graphs=s["graphs"], breaks=s["graph_breaks"], fallbacks=s["fallbacks"],
                    kernels=s["kernels"], kernel_s=s["kernel_seconds"], err=_rel_error(out, reference))
