@@ -92,3 +92,27 @@ def test_workers_leave_exactly_what_the_first_call_compiles(tmp_path):
 def test_without_workers_the_first_call_compiles_each_config(tmp_path):
     r = _run(tmp_path, workers=0)
     assert r["handed"] == 0 and r["compiled_here"] >= r["configs"]
+
+
+def test_a_forked_child_forgets_the_parents_workers():
+    """A fork (a DataLoader worker) inherits the pool's pipes but not the threads that serve
+    them: a job it handed over would never be answered, and its first call would wait for it.
+    The child starts from no pool and no jobs."""
+    from concurrent.futures import Future
+
+    from framejit.kernels import triton_pool
+
+    saved = (triton_pool._pool, triton_pool._broken, dict(triton_pool._jobs), triton_pool._lock)
+    try:
+        triton_pool._pool, triton_pool._broken = object(), True
+        triton_pool._jobs["job"] = Future()
+        triton_pool._lock.acquire()  # held by another thread at the fork
+        triton_pool._forget_in_child()
+        assert triton_pool._pool is None and not triton_pool._broken and not triton_pool._jobs
+        assert triton_pool._lock.acquire(blocking=False)
+        triton_pool._lock.release()
+    finally:
+        saved[3].release()
+        triton_pool._pool, triton_pool._broken, triton_pool._lock = saved[0], saved[1], saved[3]
+        triton_pool._jobs.clear()
+        triton_pool._jobs.update(saved[2])
