@@ -126,7 +126,59 @@ def main():
     print("  target: framejit's first call at least 5x faster than torch.compile's (eager backends;")
     print("  'fj default' adds the passes and the C kernels' build, from the disk cache after the first)")
     print()
+    small_models(reps)
+    print()
     launch_path(number)
+
+
+def small_models(reps: int) -> None:
+    """Per-call time of transformers models so small that Python work dominates: the guards
+    (a model's whole module tree and config), the wrapper and each op's dispatch."""
+    try:
+        import transformers as T
+    except ImportError:
+        print("(transformers is not installed: no small-model rows)")
+        return
+    T.logging.set_verbosity_error()
+    width, heads, layers, vocab, seq = 32, 2, 2, 128, 8
+    tokens = lambda: torch.randint(0, vocab, (1, seq))  # noqa: E731
+    cases = [
+        ("GPT-2", lambda: T.GPT2LMHeadModel(T.GPT2Config(
+            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=seq)), {}),
+        ("BERT", lambda: T.BertModel(T.BertConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            intermediate_size=4 * width, vocab_size=vocab, max_position_embeddings=seq)), {}),
+        ("Llama", lambda: T.LlamaForCausalLM(T.LlamaConfig(
+            num_hidden_layers=layers, hidden_size=width, num_attention_heads=heads,
+            num_key_value_heads=1, intermediate_size=64, vocab_size=vocab,
+            max_position_embeddings=seq)), {}),
+        ("T5", lambda: T.T5Model(T.T5Config(
+            num_layers=layers, d_model=width, num_heads=heads, d_ff=4 * width,
+            d_kv=width // heads, vocab_size=vocab)), {"decoder_input_ids": tokens()}),
+    ]
+    print(f"Per-call time of tiny transformers models (µs; width {width}, {layers} layers, "
+          f"{seq} tokens, no_grad, {torch.get_num_threads()} threads)")
+    print(f"{'model':<8}{'eager':>9}{'fj default':>11}{'tc eager':>10}{'inductor':>10}"
+          f"{'fj/inductor':>13}")
+    ids = tokens()
+    for name, make, kwargs in cases:
+        model = make().eval()
+        call = lambda m, kw=kwargs: (lambda: m(ids, **kw))  # noqa: E731
+        with torch.no_grad():
+            framejit.reset()
+            torch._dynamo.reset()
+            fns = [call(model), call(framejit.compile(model)),
+                   call(torch.compile(model, backend="eager")), call(torch.compile(model))]
+            for fn in fns:
+                fn()
+            # Interleaved rounds, the best of each (a noisy machine only ever adds time).
+            best = [float("inf")] * len(fns)
+            for _ in range(reps):
+                for i, fn in enumerate(fns):
+                    best[i] = min(best[i], per_call_us(lambda fn=fn: fn(), (), 100, repeat=1))
+        e, f, t, i = best
+        print(f"{name:<8}{e:>9.0f}{f:>11.0f}{t:>10.0f}{i:>10.0f}{f / i:>13.2f}")
+    print("  fj/inductor < 1: framejit's call costs less than torch.compile's (Inductor)")
 
 
 class _NoLaunch:
