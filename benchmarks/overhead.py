@@ -206,7 +206,12 @@ def launch_path(number: int) -> None:
     launcher._set_config(launcher.configs[0])
     launcher._build_fast()
     x, y = torch.randn(4, 4), torch.randn(4, 4)
-    alloc = per_call_us(lambda: torch.empty_strided((4, 4), (4, 1), dtype=f32), (), number)
+    from framejit.kernels.launch import _EMPTY_STRIDED_CPU as empty  # what a CPU launch uses
+
+    if empty is None:
+        alloc = per_call_us(lambda: torch.empty_strided((4, 4), (4, 1), dtype=f32), (), number)
+    else:
+        alloc = per_call_us(lambda: empty((4, 4), (4, 1), f32), (), number)
     ours = per_call_us(launcher, (x, y), number)
     add = per_call_us(torch.add, (x, y), number)
     print("Kernel launch path (µs per launch; Triton's launch replaced by a no-op, CPU tensors)")
