@@ -339,7 +339,7 @@ class AliasGuard(Guard):
         self.same = same
 
     def code2(self, v, w):
-        return [f"if ({v} is {w}) is not {self.same}: return False"]
+        return [f"if {v} {'is not' if self.same else 'is'} {w}: return False"]
 
     def reason2(self, a, b):
         if (a is b) == self.same:
