@@ -181,47 +181,51 @@ class AttrSource(Source):
         return f"{self.base.name()}.{self.attr}"
 
 
-class GenericAttrSource(Source):
-    """``object.__getattribute__(base, attr)``: the standard lookup of an attribute of an object
-    whose class has its own Python ``__getattribute__`` (a transformers config), which capture
-    inlined. A guard reads it without running that method again (2 to 5 µs a read for a
-    config: two Python frames, and an exception for a missing name)."""
+class _ReadWithoutGetattribute(Source):
+    """A read of ``attr`` of the object at ``base`` through ``object.__getattribute__``, which
+    the object's own ``__getattribute__`` does not run; the base is an argument of the
+    expression, not its prefix (see SourceLoader)."""
 
     __slots__ = ("base", "attr")
+    tag = ""
 
     def __init__(self, base: Source, attr: str):
         self.base = base
         self.attr = attr
-        self.key = ("G", base.key, attr)
+        self.key = (self.tag, base.key, attr)
 
     def expr(self, names):
         return self.expr_from(self.base.expr(names), names)
 
     def expr_from(self, base: str, names) -> str:
-        """The expression with ``base`` for the base's (see SourceLoader)."""
+        raise NotImplementedError
+
+
+class GenericAttrSource(_ReadWithoutGetattribute):
+    """``object.__getattribute__(base, attr)``: the standard lookup of an attribute of an object
+    whose class has its own Python ``__getattribute__`` (a transformers config), which capture
+    inlined. A guard reads it without running that method again (2 to 5 µs a read for a
+    config: two Python frames, and an exception for a missing name)."""
+
+    __slots__ = ()
+    tag = "O"
+
+    def expr_from(self, base: str, names) -> str:
         return f"{names(object.__getattribute__)}({base}, {self.attr!r})"
 
     def name(self):
         return f"{self.base.name()}.{self.attr}"
 
 
-class InstanceDictHasSource(Source):
+class InstanceDictHasSource(_ReadWithoutGetattribute):
     """Whether the instance dict of the object at ``base`` holds ``attr`` (guards that an
-    attribute found on the class, or nowhere, is not shadowed later)."""
+    attribute found on the class, or nowhere, is not shadowed later): the dict itself, whatever
+    the class's own ``__getattribute__`` does."""
 
-    __slots__ = ("base", "attr")
-
-    def __init__(self, base: Source, attr: str):
-        self.base = base
-        self.attr = attr
-        self.key = ("D", base.key, attr)
-
-    def expr(self, names):
-        return self.expr_from(self.base.expr(names), names)
+    __slots__ = ()
+    tag = "D"
 
     def expr_from(self, base: str, names) -> str:
-        # object.__getattribute__: the instance dict itself, whatever the class's own
-        # __getattribute__ does (and without running it).
         return f"{names(object.__getattribute__)}({base}, '__dict__').__contains__({self.attr!r})"
 
     def name(self):
