@@ -92,11 +92,8 @@ def compile_ahead(launchers: list) -> int:
             with _lock:
                 if key in _jobs:
                     continue
-                try:
-                    _jobs[key] = pool.submit(*_job_args(la, config, target, env))
-                except Exception:  # a broken pool: compile in this process from now on
-                    _give_up()
-                    return count
+                # (A pool given up meanwhile leaves the job pending: the first call cancels it.)
+                _jobs[key] = pool.submit(*_job_args(la, config, target, env))
             count += 1
         la.config = la.grid = None  # chosen at the first call
     counts["handed"] += count

@@ -336,14 +336,13 @@ class _Renderer:
                 return f"(tl.zeros({self.shape(op.level)}, {dt}) + ({op.args[0]}).to({dt}))"
             return f"tl.full({self.shape(op.level)}, {_literal(op.args[0], op.dtype)}, {dt})"
         if k == "rand":
-            offset = "xindex" if not self.reduction else "xindex * rnumel + rindex"
             # Stream s keys Philox with seed + s * 2^32 (the seed is below 2^31), as in C.
             stream = op.args[1]
             seed = f"tl.load({a[0]}).to(tl.uint32)" if not stream else f"(tl.load({a[0]}).to(tl.uint64) + {stream << 32})"
             if not self.reduction:
                 self.helpers.add("rand")
                 return f"_rand_points({seed}, xoffset, XBLOCK)"
-            return f"tl.rand({seed}, ({offset}).to(tl.uint32))"
+            return f"tl.rand({seed}, (xindex * rnumel + rindex).to(tl.uint32))"
         if k == "cast":
             if op.dtype == torch.bool:
                 return f"{a[0]} != 0"
