@@ -81,6 +81,8 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
                                   "arguments whose sizes are dynamic")
         elif not inplace and _autocast_applies(devices):
             result = _run_under_autocast(tx, kind, target, args, kwargs, convert)
+        elif not inplace and _layout_by_device(kind, target, meta_args, devices):
+            result = run_on_fake(tx, kind, target, args, kwargs, convert)
         else:
             meta_target, meta_args, meta_kwargs = cpu_attention_on_meta(
                 kind, meta_target, meta_args, meta_kwargs, devices)
@@ -102,6 +104,25 @@ def example_result(tx, kind, target, args, kwargs, convert, meta_args: list, met
         _check_cpu_takes(kind, meta_target, meta_args, meta_kwargs, result,
                          [*devices, made_on] if made_on is not None else devices)
     return result
+
+
+#: Ops whose result's layout depends on the device's kernel, which meta tensors forget: a CPU
+#: or CUDA convolution of a channels-last input (or weight) returns channels-last, as does a
+#: CPU group norm; their meta kernels answer contiguous. Fake tensors report the device, and
+#: torch's layout rules then give eager's strides.
+_LAYOUT_BY_DEVICE = frozenset({
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "convolution", "_convolution", "group_norm",
+})
+
+
+def _layout_by_device(kind, target, meta_args, devices) -> bool:
+    """Whether this call's example must run on fake tensors for eager's layout: an op of
+    ``_LAYOUT_BY_DEVICE`` with a tensor that is not contiguous (on contiguous tensors the
+    meta kernels agree with the devices')."""
+    if kind != "call_function" or not devices or name_of(target) not in _LAYOUT_BY_DEVICE:
+        return False
+    return any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in meta_args)
 
 
 def _same_metadata(example, result) -> bool:

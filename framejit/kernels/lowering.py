@@ -302,7 +302,7 @@ class _Lowering:
         self.spans: tuple[Span, ...] = ()
         self.placed_value: dict[tuple[Node, tuple[Span, ...]], int] = {}
         self.span_starts: dict[int, Any] = {}  # dim -> where the current span starts
-        self.stored_16bit: set[Node] = set()  # fp16/bf16 outputs that this kernel reads too
+        self.read_16bit: set[Node] = set()  # fp16/bf16 values that ops of this kernel read
 
     # -- symbolic sizes -------------------------------------------------------------------------
     def _symbolic_box(self) -> tuple:
@@ -460,8 +460,8 @@ class _Lowering:
     def run(self) -> LoweredGroup:
         whole = self.computed_over_the_box()
         outputs = [node for node in self.nodes if any(u not in self.members for u in node.users)]
-        self.stored_16bit = {node for node in outputs if _val(node).dtype in _HALVES
-                             and any(u in self.members for u in node.users)}
+        self.read_16bit = {node for node in self.nodes if _val(node).dtype in _HALVES
+                           and any(u in self.members for u in node.users)}
         for node in self.nodes:
             if node in whole:
                 self.value[node] = self.lower_as_stored(node)
@@ -509,17 +509,21 @@ class _Lowering:
         return self.placed_value[key]
 
     def lower_as_stored(self, node: Node) -> int:
-        """``node`` lowered; an fp16/bf16 output that ops of this kernel read too is rounded for
-        them. The other kernels that read it get its stored (rounded) value, as eager's every use
-        does: computed in fp32 for the ops here, ``cat([v[:h], v[h:]]).float() - v.float()`` of
-        a bf16 ``v`` was a bf16 ulp off 0 (one side read the buffer, the other the fp32 value)."""
+        """``node`` lowered; an fp16/bf16 value that ops of this kernel read is rounded to its
+        dtype for them, as eager holds it. Computed in fp32 and rounded only on store, such a
+        value was read unrounded: ``(z + 0.1) == 0.1`` of fp16 zeros was False (eager: True),
+        ``(a * 1000).float()`` never overflowed to inf, and a stored value read here too
+        (``cat([v[:h], v[h:]]).float() - v.float()``) was a bf16 ulp off its stored self."""
         index = self.lower(node)
         dtype = _val(node).dtype
-        if node not in self.stored_16bit:
+        if node not in self.read_16bit:
             return index
         op = self.kernel.ops[index]
         exact = (op.kind == "round" and op.args[1] == dtype
-                 or op.kind == "load" and self.kernel.buffer(op.args[0]).dtype == dtype)
+                 or op.kind == "load" and self.kernel.buffer(op.args[0]).dtype == dtype
+                 # a conversion of a value the dtype holds exactly (its input is rounded itself)
+                 or node.target in (prims.convert_element_type.default, aten.clone.default)
+                 and not _rounds(_val(node.args[0]).dtype, dtype))
         return index if exact else self.emit("round", (index, dtype), op.dtype, op.level)
 
     @contextlib.contextmanager
@@ -609,15 +613,7 @@ class _Lowering:
             x = self.operand(args[0], compute_dtype(_val(args[0]).dtype), level)
             return self.emit("isnan", (x,), torch.bool, level)
         if target is prims.convert_element_type.default or target is aten.clone.default:
-            x = self.operand(args[0], c, level)
-            if (node.meta.get("rounds") and _rounds(_val(args[0]).dtype, out.dtype)
-                    and any(u in self.members for u in node.users)):
-                # fp16/bf16 values are fp32 in a kernel and round on store, but the ops in the
-                # kernel that read a conversion the program asked for must see it rounded (and
-                # overflowed to inf), as eager's x.half().float() or x.sum(dtype=torch.float16)
-                # do (passes.util.Builder.convert).
-                x = self.emit("round", (x, out.dtype), c, level)
-            return x
+            return self.operand(args[0], c, level)  # rounded by lower_as_stored if read here
         if target in _CONCATS:
             return self.concat(node, c)
         if target is aten.rand_like.default:

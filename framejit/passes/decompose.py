@@ -180,10 +180,24 @@ def _affine(b: Builder, r: Node, weight: Any, bias: Any) -> Node:
     return r
 
 
+def _parameters_in_eager_s_dtypes(b: Builder, input: Node, params: tuple, *, cuda_mixed: bool
+                                  ) -> bool:
+    """Whether eager's kernel takes these parameters (weights, biases, running statistics) with
+    ``input``: each of ``input``'s dtype, or fp32 for an fp16/bf16 input (the mixed mode of the
+    CPU kernels, and of CUDA's where ``cuda_mixed``). Eager raises for others (an fp32 input
+    with fp16 weights: "mixed dtype (CPU)"), so those ops stay in torch and raise as well."""
+    dtype = val(input).dtype
+    mixed_ok = dtype in (torch.float16, torch.bfloat16) and (cuda_mixed or _on_cpu(b))
+    return all(p is None or val(p).dtype == dtype or mixed_ok and val(p).dtype == torch.float32
+               for p in params)
+
+
 def _layer_norm(b: Builder, input, normalized_shape, weight, bias, eps) -> Node | None:
     if not is_float_tensor(input) or type(eps) not in (int, float):
         return None
     if not (_optional_tensor(weight) and _optional_tensor(bias)):
+        return None
+    if not _parameters_in_eager_s_dtypes(b, input, (weight, bias), cuda_mixed=False):
         return None
     dims = _trailing_dims(input, normalized_shape)
     if dims is None:
@@ -245,6 +259,9 @@ def _batch_norm(
         if t is not None and not (is_tensor(t) and tuple(val(t).shape) == (channels,)):
             return None
     if (running_mean is None) != (running_var is None):
+        return None
+    if not _parameters_in_eager_s_dtypes(b, input, (running_mean, running_var, weight, bias),
+                                         cuda_mixed=True):
         return None
     ndim = x_val.dim()
     x = b.upcast(input)

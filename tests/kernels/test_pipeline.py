@@ -42,12 +42,6 @@ PATTERNS = {
 }
 
 
-def _eager_fp32(fn, args, dtype):
-    wide = [a.float() for a in args]
-    out = fn(*wide)
-    return tuple(o.to(dtype) for o in out) if isinstance(out, tuple) else out.to(dtype)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_each_pattern_is_one_kernel_and_matches_eager(name, dtype, device):
@@ -55,10 +49,9 @@ def test_each_pattern_is_one_kernel_and_matches_eager(name, dtype, device):
     args = make(dtype, device)
     got, backend = run_kernels(fn, *args)
     assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
-    # The kernels compute in fp32 and round once: compare with eager in fp32, rounded once.
-    assert_close_to_eager(got, _eager_fp32(fn, args, dtype))
-    if dtype == torch.float32:
-        assert_close_to_eager(got, fn(*args))
+    # Each fp16/bf16 value the program computes is rounded as eager rounds it (the composite
+    # ops compute in fp32 inside): eager's results, within the dtype's tolerance.
+    assert_close_to_eager(got, fn(*args))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -85,6 +78,43 @@ def test_a_conversion_the_program_asks_for_rounds_inside_a_kernel(form, dtype, r
         assert torch.equal(got, expected)  # every step exact but the conversion itself
     else:
         assert_close_to_eager(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["eq_number", "eq_tensor", "float", "isinf", "div", "sub_self",
+                                  "to_int", "softmax", "sum"])
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_an_fp16_value_read_inside_a_kernel_is_held_in_its_dtype(form, dtype, reference, device):
+    # Eager rounds every fp16/bf16 result, and the next op reads the rounded value. A kernel
+    # computed in fp32 and rounded only on store: (z + 0.1) == 0.1 was False for fp16 zeros,
+    # (a / 3) == y for y = a / 3 computed eagerly was False for two thirds of the values, and
+    # a * 1000 never overflowed to inf (.float(), == inf, / 1000, softmax), and 50 * 1000 was
+    # 50000 where fp16 holds 49984 (.to(int32)).
+    fns = {
+        "eq_number": lambda a, y: (a * 0 + 0.1) == 0.1,
+        "eq_tensor": lambda a, y: (a / 3) == y,
+        "float": lambda a, y: (a * 1000).float(),
+        "isinf": lambda a, y: ((a * 1000).abs() == float("inf")) | (a + y > 1),
+        "div": lambda a, y: (a * 1000) / 1000,
+        "sub_self": lambda a, y: (a * 1000) - (a * 1000) + y,
+        "to_int": lambda a, y: torch.where((a * 1000).abs() < 1e6, a * 1000, 0).to(torch.int32),
+        "softmax": lambda a, y: (a * 1000).softmax(-1),
+        "sum": lambda a, y: (a * 1000).sum(-1, keepdim=True) + y,
+    }
+    a = (torch.randn(4, 40, device=device) * 3).to(dtype)
+    a[0, :5] = torch.tensor([1.0, 50.0, 70.0, 100.0, -100.0]).to(dtype)
+    if dtype == torch.bfloat16:
+        a[0, 2:5] = torch.tensor([3e35, 4e35, -5e35]).to(dtype)  # a * 1000 overflows bf16 too
+    y = a / 3
+    fn = fns[form]
+    got, backend = run_kernels(fn, a, y, reference=reference)
+    assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
+    expected = fn(a, y)
+    if form in ("softmax", "sum"):
+        assert_close_to_eager(got, expected)
+        assert torch.equal(got.isnan(), expected.isnan())
+    else:
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -458,3 +458,40 @@ def test_attention_torch_runs_with_its_own_kernels_is_left_alone(rewrite, case):
         (lambda q, k, v: SDPA(q, k, v, **kwargs))
     result = rewrite(decompose, fn, q, k, v, expect_change=False)
     assert SDPA in result.targets()
+
+
+@pytest.mark.parametrize("form", ["layer_norm_fp16_params", "layer_norm_fp64_params",
+                                  "batch_norm_fp64_stats", "batch_norm_eval_fp16_weight"])
+def test_norms_with_parameters_eager_refuses_stay_in_torch_and_raise(form):
+    # Eager's CPU kernels take an fp32 input only with fp32 parameters ("mixed dtype (CPU):
+    # expect parameter to have scalar type of Float"); the decompositions computed a result.
+    import framejit
+
+    x = torch.randn(2, 3, 8)
+    half, double = torch.randn(8).half(), torch.randn(8, dtype=torch.float64)
+    forms = {
+        "layer_norm_fp16_params": lambda x: F.layer_norm(x, (8,), half, half),
+        "layer_norm_fp64_params": lambda x: F.layer_norm(x, (8,), double, None),
+        "batch_norm_fp64_stats": lambda x: F.batch_norm(
+            x, torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64),
+            training=True, momentum=0.3),
+        "batch_norm_eval_fp16_weight": lambda x: F.batch_norm(
+            x, torch.zeros(3), torch.ones(3), torch.ones(3).half(), None),
+    }
+    fn = forms[form]
+    with pytest.raises(RuntimeError) as eager:
+        fn(x)
+    with pytest.raises(RuntimeError) as compiled:
+        framejit.compile(fn, backend="c")(x)
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_mixed_precision_norms_on_cpu_still_decompose(rewrite):
+    # fp32 parameters on a bf16 input: the CPU kernels' mixed mode, which eager takes.
+    x = make((2, 3, 8), torch.bfloat16)
+    w, b = make((8,)), make((8,))
+    result = rewrite(decompose, lambda x, w, b: F.layer_norm(x, (8,), w, b), x, w, b)
+    assert aten.rsqrt.default in result.targets()
+    rm, rv = torch.zeros(3), torch.ones(3)
+    result = rewrite(decompose, lambda x: F.batch_norm(x, rm, rv, w[:3], b[:3]), x)
+    assert aten.rsqrt.default in result.targets()

@@ -127,3 +127,37 @@ def test_channels_last_pooling_under_dynamic_shapes_keeps_its_kernels():
             assert_close_to_eager(got, want)
             assert got.stride() == want.stride()
     assert declined == []
+
+
+@pytest.mark.parametrize("backend", ["eager", "default"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("form", ["relu", "scale", "bias_view", "transpose_add", "mean",
+                                  "weight_only", "conv_transpose", "group_norm", "conv3d"])
+def test_a_channels_last_convolution_s_result_keeps_eager_s_layout(form, dtype, backend):
+    # A CPU convolution of a channels-last input (or weight) returns channels-last, a group
+    # norm too; their meta kernels answer contiguous. The examples took the meta answer, so the
+    # graph returned a contiguous result (the layout pass "restored" it, and fp64 kernels wrote
+    # it so) where eager returns channels-last: a later .view() then works only when compiled.
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 6, 6, dtype=dtype).to(memory_format=cl)
+    w, b = torch.randn(8, 3, 3, 3, dtype=dtype), torch.randn(8, dtype=dtype)
+    forms = {
+        "relu": lambda x: torch.relu(torch.conv2d(x, w, b, padding=1)),
+        "scale": lambda x: torch.conv2d(x, w, b, padding=1) * 2,
+        "bias_view": lambda x: torch.conv2d(x, w, None, padding=1) + b.view(1, -1, 1, 1),
+        "transpose_add": lambda x: (lambda y: y + y.transpose(2, 3))(torch.conv2d(x, w, b)),
+        "mean": lambda x: (lambda y: y - y.mean((2, 3), keepdim=True))(torch.conv2d(x, w, b)),
+        "weight_only": lambda x: torch.relu(torch.conv2d(x.contiguous(), w.to(memory_format=cl), b)),
+        "conv_transpose": lambda x: torch.relu(
+            torch.nn.functional.conv_transpose2d(x, w.transpose(0, 1).contiguous())),
+        "group_norm": lambda x: torch.nn.functional.group_norm(x * 2, 1) + 1,
+        "conv3d": lambda x: torch.relu(torch.nn.functional.conv3d(
+            x.unsqueeze(2).contiguous(memory_format=torch.channels_last_3d),
+            w.unsqueeze(2), b)),
+    }
+    fn = forms[form]
+    want = fn(x)
+    got = framejit.compile(fn, backend=backend, fullgraph=True)(x)
+    assert_close_to_eager(got, want)
+    assert got.stride() == want.stride()
