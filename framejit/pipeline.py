@@ -35,6 +35,7 @@ from .passes.layout import channels_last_convs
 from .passes.matmul import aligned_matmul_outputs, bmm_operands
 from .passes.symbolic import NotSizeGeneric, size_node, symbolic_shapes
 from .passes.util import layout_is_exact
+from .passes.views import views_as_reinterprets
 
 
 def _device_of(node: Node) -> torch.device | None:
@@ -117,7 +118,9 @@ def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
             launches.append(launch)
             seconds.append(time.perf_counter() - t0)
     triton_pool.compile_ahead([launch for launch, _, _ in launches])  # CUDA graphs only
-    new_graph = _rebuild(graph, launches, shapes)
+    new_graph, kernel_calls = _rebuild(graph, launches, shapes)
+    if shapes is None:
+        views_as_reinterprets(new_graph, _exact_outputs(kernel_calls), graph)
     for launch, s in zip(launches, seconds):  # recorded once all of them are used
         _record_kernel(launch, s)
     if lint:
@@ -255,10 +258,11 @@ def _topological_by_key(users: dict, indegree: dict, key: dict) -> list:
     return out
 
 
-def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
+def _rebuild(graph: Graph, launches: list, shapes=None) -> tuple[Graph, dict]:
     """``graph`` with each lowered group replaced by a call of its launcher, placed where its
     last node was; nodes that used a group value before that point move after it (a
-    lexicographic topological order, so nothing moves across an in-place or random op)."""
+    lexicographic topological order, so nothing moves across an in-place or random op). Also
+    returns its kernel calls (call node -> launcher)."""
     unit_of: dict[Node, Any] = {}
     for k, (_, _, group) in enumerate(launches):
         for node in group.nodes:
@@ -311,4 +315,20 @@ def _rebuild(graph: Graph, launches: list, shapes=None) -> Graph:
                 item.meta = dict(out.meta)
                 env[out] = item
     donate_dead_inputs(kernel_calls)
-    return new
+    return new, kernel_calls
+
+
+def _exact_outputs(kernel_calls: dict) -> set[Node]:
+    """The wrapper's nodes holding kernel outputs allocated as their examples are laid out."""
+    exact = set()
+    for call, launcher in kernel_calls.items():
+        items = [u for u in call.users if u.target is operator.getitem] \
+            if len(launcher.outputs) > 1 else [call]
+        for node in items:
+            k = node.args[1] if node is not call else 0
+            v = node.meta.get("val")
+            size, stride, _ = launcher.outputs[k]
+            if isinstance(v, torch.Tensor) and (tuple(v.shape), v.stride()) == \
+                    (tuple(size), tuple(stride)):
+                exact.add(node)
+    return exact

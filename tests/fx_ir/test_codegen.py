@@ -204,6 +204,32 @@ def test_call_method_kwargs_and_defaults():
     torch.testing.assert_close(gm(x, 0), x.sum(dim=0, keepdim=True, dtype=torch.float64))
 
 
+def test_a_constant_size_is_a_tuple_for_torch_calls_and_a_size_for_others():
+    # torch's C argument parser takes torch.Size about 5 µs slower than a tuple literal
+    # (x.view(size) with a size the model computed); a Python callee still gets a torch.Size.
+    seen = []
+
+    def python_callee(t, size):
+        seen.append(type(size))
+        return t.reshape(size)
+
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, 6)
+    size = torch.Size([3, 4])
+    v = g.call_method("view", (x, size))
+    e = g.call_function(torch.zeros, (size,))
+    p = g.call_function(python_callee, (x, size))
+    g.output((v, e, p))
+    src = g.python_code().src
+    assert "x.view((3, 4))" in src and "torch.zeros((3, 4))" in src
+    assert "(x, shape_3x4)" in src
+    x = torch.randn(2, 6)
+    v, e, p = GraphModule({}, g)(x)
+    assert torch.equal(v, x.view(3, 4)) and torch.equal(p, v) and e.shape == (3, 4)
+    assert seen == [torch.Size]
+
+
 def test_node_names_never_shadow_names_the_code_needs():
     g = Graph()
     x = g.placeholder("float")  # generated code calls float('inf')

@@ -130,6 +130,8 @@ def test_padded_matmuls_run_through_the_kernel_pipeline(monkeypatch):
     assert got.stride() == (1025, 1)
     targets = [n.target for n in compiled.framejit_graph.nodes if n.op == "call_function"]
     assert torch.ops.aten.constant_pad_nd.default in targets
-    assert torch.ops.aten.slice.Tensor in targets
+    # the slice of the padded result: a reinterpret of the matmul's result where torch has one
+    from framejit.passes.views import REINTERPRET
+    assert (REINTERPRET or torch.ops.aten.slice.Tensor) in targets
     (kernel,) = compiled.framejit_kernels  # the copy back, the bias and the GELU: one kernel
     assert "clone" in kernel.name and "gelu" in kernel.name

@@ -211,6 +211,9 @@ def test_dtype_change_becomes_convert(rewrite, fn, layout):
         lambda x: x.to(torch.float32),
         lambda x: x.type(torch.float32),
         lambda x: x.to("cpu", torch.float32),
+        lambda x: x.to("cpu"),
+        lambda x: x.to(torch.device("cpu")),
+        lambda x: x.to(device="cpu", non_blocking=True),
         lambda x: x.contiguous(),
     ],
 )
@@ -572,3 +575,60 @@ def test_in_place_add_keeps_the_mutated_tensor_s_dtype(rewrite):
 
     result = rewrite(normalize, f, x, w, c)
     assert operator.iadd not in result.targets()
+
+
+@pytest.mark.parametrize("fresh, dtype", [("matmul", torch.int64), ("pointwise", torch.int64),
+                                          ("pointwise", torch.int8), ("pointwise", torch.uint8)])
+def test_in_place_arithmetic_eager_refuses_stays_in_place_and_raises(fresh, dtype):
+    # torch's meta kernel of mul_ takes `y *= 1.5` on an integer tensor, where eager raises
+    # "result type Float can't be cast to the desired output type Long": rewritten out of place
+    # and converted back, it returned truncated products.
+    x = torch.tensor([[1, 2], [3, 4]], dtype=dtype)
+
+    def f(x):
+        y = x @ x if fresh == "matmul" else x * 2
+        y *= 1.5
+        return y
+
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        f(x)
+    graphs = []
+
+    def normalized(gm, example_inputs):
+        normalize(gm.graph)
+        gm.graph.lint()
+        graphs.append(gm.graph)
+        return GraphModule(gm.root, gm.graph).forward_fn
+
+    compiled = framejit.compile(f, backend=Backend("normalized", normalized, native=True),
+                                fullgraph=True)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        compiled(x)
+    (graph,) = graphs
+    assert operator.imul in [n.target for n in graph.nodes]
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        framejit.compile(f, backend="c")(x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.split(32, dim=2),
+    lambda x: x.split(40, -1),
+    lambda x: torch.split(x, 7, 1),
+    lambda x: torch.split(x, 100, dim=2),
+])
+def test_a_split_by_size_is_split_with_sizes(rewrite, fn):
+    # The same views through torch's C binding (Tensor.split and torch.split are Python
+    # functions around it: 9.6 µs a call against 3.5 µs).
+    x = torch.randn(2, 8, 96)
+    result = rewrite(normalize, fn, x)
+    assert "split" not in result.targets() and torch.split not in result.targets()
+    assert "split_with_sizes" in result.targets()
+    got, want = result.run(), fn(x)
+    assert [(t.shape, t.stride(), t.storage_offset()) for t in got] == \
+        [(t.shape, t.stride(), t.storage_offset()) for t in want]
+
+
+def test_a_split_into_sections_stays(rewrite):
+    x = torch.randn(2, 8, 96)
+    result = rewrite(normalize, lambda x: x.split([32, 64], 2), x, expect_change=None)
+    assert "split" in result.targets()

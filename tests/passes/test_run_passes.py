@@ -11,8 +11,8 @@ from framejit.testing import assert_close_to_eager
 
 COMPOSITE = {F.layer_norm, F.softmax, F.gelu, operator.add, operator.mul}
 #: What stays torch-level in a GPT block by design: views, matmul, and the qkv projection, whose
-#: only user (split) is not pointwise.
-STAYS = {"view", "transpose", "split", "contiguous", operator.getitem, operator.matmul, F.linear}
+#: only user (split, as split_with_sizes) is not pointwise.
+STAYS = {"view", "transpose", "split_with_sizes", "contiguous", operator.getitem, operator.matmul, F.linear}
 
 
 class Block(nn.Module):
