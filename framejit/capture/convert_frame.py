@@ -548,8 +548,13 @@ def _split_frame(ctx, code, func, tx, label):
     _check_loops_hand_over(tx)
     stack = [ListValue(v.items[v.pos:]) if isinstance(v, IteratorValue) else v
              for v in tx.stack if v is not NULL_VALUE]
+    # The `with` blocks the native run is inside: not one whose __exit__ the break's own call
+    # takes (the block's end, breaking because its __exit__ raises), which would be left again.
+    first = tx.insts[tx.pc]
+    taken = first.arg + 2 if first.name in ("PRECALL", "CALL") else 0
     exit_slots = tuple(k for k, v in enumerate(tx.stack)
-                       if isinstance(v, (*BLOCK_EXITS, UserContextExit)))
+                       if isinstance(v, (*BLOCK_EXITS, UserContextExit))
+                       and k < len(tx.stack) - taken)
     # Inside grad-mode or autocast `with` blocks: the graph leaves the state as the blocks set
     # it, and the resume function's code leaves the blocks.
     if any(isinstance(v, GradModeExit) for v in tx.stack):

@@ -233,7 +233,19 @@ class OutputGraph:
         lines = []
         cg = EntryCodegen(argnames, lines)
         exprs = [v.reconstruct(cg) for v in values]
-        replay = self.side_effects.replay_lines(cg)
+        early, replay = self.side_effects.replay_lines(cg)
+        if early:
+            # Numbers the frame writes, computed before anything happens: if one raises (a
+            # division by a number now 0), the frame runs again as plain Python, which raises
+            # it after the side effects before it, as eager does.
+            again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
+            lines += ["___failed = False", "try:", *(f"    {line}" for line in early),
+                      "except Exception as ___nerr:",
+                      f"    if {cg.const_name(rerun_mod.raised_by_signal_handler)}(___nerr): raise",
+                      "    ___failed = True",
+                      "if ___failed:",
+                      f"    raise {cg.const_name(NativeResult)}({again})" if as_tuple
+                      else f"    return {again}"]
         self._guard_written_objects_distinct()
         self._guard_identity_keys()
         self._guard_builtins()

@@ -195,22 +195,28 @@ class SideEffects:
             self._order.append(key)
 
     # -- replay -----------------------------------------------------------------------------------
-    def replay_lines(self, cg) -> list[str]:
-        """Python lines for the entry function, after the graph call."""
+    def replay_lines(self, cg) -> tuple[list[str], list[str]]:
+        """Python lines for the entry function: the numbers it writes, computed before the
+        graph call (arithmetic on the inputs' numbers, which may raise: ``o.a / o.b`` with
+        ``o.b`` now 0); then, after the graph call, the other values and the writes."""
+        early: list[str] = []
         values: list[str] = []
         writes: list[str] = []
         for key in self._order:
             kind = key[0]
-            k = len(values)
+            k = len(values) + len(early)
             if kind in _ASSIGNMENTS:
                 record = getattr(self, _ASSIGNMENTS[kind])[key]
-                values.append(f"___e{k} = {cg.expr(record[-1])}")
+                expr = cg.expr(record[-1])
+                number = _is_number(record[-1]) and "___o" not in expr
+                temp = f"___n{k}" if number else f"___e{k}"
+                (early if number else values).append(f"{temp} = {expr}")
                 if key in self._raw_attrs:
                     owner, name, _ = record
                     writes.append(f"{cg.const_name(object.__setattr__)}("
-                                  f"{cg.source_expr(_owner_source(owner))}, {name!r}, ___e{k})")
+                                  f"{cg.source_expr(_owner_source(owner))}, {name!r}, {temp})")
                 else:
-                    writes.append(f"{_target(cg, kind, record)} = ___e{k}")
+                    writes.append(f"{_target(cg, kind, record)} = {temp}")
             elif kind == "call":
                 container, method, args = self._calls[key]
                 values.append(f"___e{k} = ({', '.join(cg.expr(a) for a in args)},)")
@@ -226,7 +232,14 @@ class SideEffects:
                     body = ", ".join(cg.expr(v) for v in container.items)
                     values.append(f"___e{k} = [{body}]")
                     writes.append(f"{target}[:] = ___e{k}")
-        return values + writes
+        return early, values + writes
+
+
+def _is_number(value) -> bool:
+    try:
+        return value.python_type() in (int, float, bool)
+    except Exception:  # noqa: BLE001 - a value that cannot say its type is no number here
+        return False
 
 
 #: kinds of recorded writes that are one assignment -> the table holding them (value last)

@@ -305,6 +305,22 @@ class SizeSource(Source):
         return f"{self.base.name()}.shape[{self.dim}]"
 
 
+class StorageOffsetSource(Source):
+    """``base.storage_offset()``: where the tensor at ``base`` starts in its storage."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Source):
+        self.base = base
+        self.key = ("SO", base.key)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.storage_offset()"
+
+    def name(self):
+        return f"{self.base.name()}.storage_offset()"
+
+
 class _KeyedSource(Source):
     """``base`` with ``index``, itself an object read from a source, as a key."""
 

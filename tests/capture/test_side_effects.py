@@ -3,6 +3,7 @@ graph, with the same end state as eager and no recompiles for counters."""
 
 import copy
 
+import pytest
 import torch
 from torch import nn
 
@@ -273,3 +274,37 @@ def test_lists_and_dicts_nested_a_thousand_deep_are_rebuilt(stats):
         seq, d = seq[0], d["in"]
     assert_close_to_eager(seq[0], torch.ones(2) * 2)
     assert_close_to_eager(d["x"], torch.ones(2) + 1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "default"])
+def test_a_written_number_that_raises_leaves_eager_s_side_effects(backend):
+    # The entry function computed every written value before replaying the writes: a division
+    # by a number now 0 raised with nothing written, so the counters never moved and every
+    # later call raised too (eager: one ZeroDivisionError, then it goes on).
+    def run(wrap):
+        class Counters:
+            pass
+
+        o, log, buf = Counters(), [], torch.zeros(1)
+        o.k, o.v = 2, 1e307
+
+        def f(x):
+            buf.add_(1)
+            log.append("a")
+            o.k -= 1
+            o.v *= 10.0
+            o.r = 10 // o.k  # raises at the second call
+            log.append("b")
+            return x * 2
+
+        g = wrap(f)
+        seen = []
+        for _ in range(4):
+            try:
+                seen.append(g(torch.ones(1)).tolist())
+            except ZeroDivisionError:
+                seen.append("ZeroDivisionError")
+            seen.append((o.k, o.v, getattr(o, "r", None), list(log), buf.item()))
+        return seen
+
+    assert run(lambda f: framejit.compile(f, backend=backend)) == run(lambda f: f)

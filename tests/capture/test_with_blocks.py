@@ -319,3 +319,28 @@ def test_record_function_block_is_captured_and_guarded_on_the_profiler(stats, re
     # runs as Python with the block in the trace
     assert stats.recompiles == 1 and "_profiler_enabled" in stats.recompile_reasons[0][1]
     assert "my_block" in {e.name for e in prof.function_events}
+
+
+def test_an_exit_that_raises_runs_once():
+    # The raise inside the inlined __exit__ breaks the graph at the block's end; the native
+    # call of __exit__ ran as if inside the block, whose handler left it a second time.
+    log = []
+
+    class Raising:
+        def __enter__(self):
+            log.append("enter")
+
+        def __exit__(self, typ, val, tb):
+            log.append(("exit", typ))
+            raise KeyError("from exit")
+
+    def f(x):
+        with Raising():
+            y = x * 2
+        return y + 1
+
+    for fn in (f, framejit.compile(f)):
+        log.clear()
+        with pytest.raises(KeyError):
+            fn(torch.ones(2))
+        assert log == ["enter", ("exit", None)]

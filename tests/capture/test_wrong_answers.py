@@ -952,3 +952,60 @@ def test_a_buffer_assigned_in_forward_is_what_its_table_gives(read):
     for _ in range(2):
         torch.testing.assert_close(compiled(x), theirs(x))
         torch.testing.assert_close(mine.steps, theirs.steps)
+
+
+# -- what the example cannot know ------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["input", "narrow", "bytes", "fresh", "branch"])
+def test_storage_offset_follows_the_input_it_views(form):
+    # No tensor guard checks an input's storage offset: x.storage_offset() was the first call's
+    # (base[3:7] answered 0), and a branch on it took the first call's side.
+    forms = {
+        "input": lambda x: x.storage_offset(),
+        "narrow": lambda x: x.narrow(0, 1, 2).storage_offset(),
+        "bytes": lambda x: x.view(torch.int8)[3:].storage_offset(),
+        "fresh": lambda x: (x * 2)[2:].storage_offset(),
+        "branch": lambda x: x + 1 if x.storage_offset() == 0 else x - 1,
+    }
+    fn = forms[form]
+    compiled = framejit.compile(fn, fullgraph=True)
+    base = torch.arange(24.0)
+    for x in (base[0:4], base[3:7], base[10:14], base[3:7]):
+        want = fn(x)
+        got = compiled(x)
+        assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
+
+
+def test_the_conjugate_and_negative_bits_are_read_from_the_real_tensor():
+    c = torch.tensor([1 + 2j, 3 - 4j])
+
+    def f(x):
+        return x.is_conj(), x.is_neg(), x * 2
+
+    compiled = framejit.compile(f)
+    for x in (c, c.conj(), c, c.conj()):
+        got, want = compiled(x), f(x)
+        assert got[:2] == want[:2]
+        assert torch.equal(got[2], want[2])
+
+
+@pytest.mark.parametrize("kind", ["float32", "int32", "float16", "bool_", "decimal", "fraction"])
+def test_a_library_number_s_value_is_guarded(kind):
+    # Numbers of numpy, decimal and fractions that are no Python number subclass were objects
+    # whose type alone was guarded: float(m), int(m), abs(m) and [..][m] kept the first value.
+    import decimal
+    import fractions
+
+    import numpy as np
+
+    make = {"float32": np.float32, "int32": np.int32, "float16": np.float16,
+            "bool_": np.bool_, "decimal": decimal.Decimal, "fraction": fractions.Fraction}[kind]
+
+    def f(x, m):
+        return x * float(m) + abs(int(m)) + [10, 20, 30][int(m)]
+
+    compiled = framejit.compile(f)
+    x = torch.ones(2)
+    for v in (1, 2, 0, 2):
+        m = make(v)
+        torch.testing.assert_close(compiled(x, m), f(x, m))

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 #: Temporaries of the entry function -> readable names.
 _SPECIAL_TEMPS = {"___o": "graph_out", "___err": "error", "___saved": "saved_inputs",
-                  "___rng": "random_state", "___ac": "autocast_before", "___grad": "grad_mode_before"}
+                  "___rng": "random_state", "___ac": "autocast_before", "___grad": "grad_mode_before",
+                  "___nerr": "error", "___failed": "number_failed"}
 
 
 def entry_function(info):
@@ -107,6 +108,9 @@ class EntryRenderer:
         said = {"___s": "Values from outside the frame, read before the graph runs and before any "
                         "write below.",
                 "___r": "Containers the function built (rebuilt_N), made again after the graph.",
+                "___n": "Numbers the function writes (new_number_N), computed before the graph "
+                        "runs: one that raises (a division by a number now 0) makes the function "
+                        "run again as plain Python, which raises it where eager does.",
                 "___e": "Side effects, replayed after the graph as the function made them: every "
                         "new value first (new_value_N), then the writes."}
         for s in body:
@@ -117,6 +121,15 @@ class EntryRenderer:
                 out.append(Comment(said.pop(target[:4])))
             if isinstance(s, ast.Try):
                 out.extend(self._try(s))
+                continue
+            if isinstance(s, ast.If) and isinstance(s.test, ast.Name) and s.test.id == "___failed":
+                # the rerun after a number raised (compile_entry's `early` block)
+                (stmt,) = s.body
+                call = stmt.exc.args[0] if isinstance(stmt, ast.Raise) else stmt.value
+                out.append(ast.If(test=self._expr(s.test), orelse=[], body=[
+                    Comment(f"A number raised: {self.code.co_name} runs again as plain Python "
+                            "(rerun.py); its result is the result."),
+                    ast.Return(value=self._expr(call))]))
                 continue
             if isinstance(s, ast.If):
                 s.test = self._expr(s.test)
@@ -183,6 +196,8 @@ class EntryRenderer:
                 new = self.names.unique(_SPECIAL_TEMPS[n])
             elif n.startswith("___e"):
                 new = self.names.unique(f"new_value_{n[4:]}")
+            elif n.startswith("___n") and n[4:].isdigit():
+                new = self.names.unique(f"new_number_{n[4:]}")
             elif n.startswith("___r"):
                 new = self.names.unique(f"rebuilt_{n[4:]}")
             else:

@@ -8,7 +8,9 @@ no guard (constants of the code, attributes of library modules, results folded a
 from __future__ import annotations
 
 import builtins
+import decimal
 import enum
+import fractions
 import functools
 import inspect
 import math
@@ -92,11 +94,23 @@ def from_library(obj) -> bool:
     return module is not None and is_library_module(module)
 
 
+def _is_value_scalar(obj) -> bool:
+    """An immutable number of a library type that is no Python number subclass: numpy's
+    scalars (``np.float32``, ``np.int64``, ``np.bool_``), ``Decimal``, ``Fraction``. Taken
+    as objects, only their type was guarded, and ``float(m)``, ``int(m)``, ``abs(m)`` or
+    ``[...][m]`` kept the first call's value: as constants, their value is guarded too."""
+    t = type(obj)
+    if t.__module__ == "numpy":
+        np = sys.modules.get("numpy")
+        return np is not None and isinstance(obj, (np.number, np.bool_))
+    return t is decimal.Decimal or t is fractions.Fraction
+
+
 def _is_constant(obj) -> bool:
     """Whether ``obj`` is a constant: a number, string, ... or a tuple or frozenset of them at any
     depth. Each container looked at once, without recursion (a tuple built as ``t = (t, t)`` in
     a loop holds one tuple 2^k ways; ``t = (t, 1)`` nests thousands deep)."""
-    if isinstance(obj, _CONSTANT_TYPES):
+    if isinstance(obj, _CONSTANT_TYPES) or _is_value_scalar(obj):
         return True
     if type(obj) not in (tuple, frozenset):
         return False
@@ -104,7 +118,7 @@ def _is_constant(obj) -> bool:
     pending = [obj]
     while pending:
         for x in pending.pop():
-            if isinstance(x, _CONSTANT_TYPES):
+            if isinstance(x, _CONSTANT_TYPES) or _is_value_scalar(x):
                 continue
             if type(x) not in (tuple, frozenset):
                 return False

@@ -39,7 +39,58 @@ _TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
 # Methods whose result depends only on metadata: folded to constants.
 _META_METHODS = frozenset({
     "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
-    "is_floating_point", "is_complex", "is_signed", "storage_offset",
+    "is_floating_point", "is_complex", "is_signed",
+})
+# Not here: storage_offset() (answered by _storage_offset: no tensor guard checks an input's
+# offset, and x[3:7] and x[0:4] shared one cache entry), is_conj() and is_neg() (the meta
+# example does not carry those bits: a call of them breaks the graph).
+
+#: Ops whose result is always a view of their first argument at an offset of its own layout.
+_OFFSET_VIEWS = frozenset({
+    "view", "narrow", "select", "slice", "getitem", "__getitem__", "transpose", "t", "permute",
+    "squeeze", "unsqueeze", "expand", "expand_as", "unbind", "split", "chunk", "tensor_split",
+    "split_with_sizes", "movedim", "moveaxis", "swapaxes", "swapdims", "diagonal", "unfold",
+    "detach", "alias", "view_as", "unflatten", "real", "imag",
+})
+
+
+def _storage_offset(tx, t: TensorValue) -> Value:
+    """``t.storage_offset()``: the example's, which counts from the start of the graph input
+    ``t`` views, or of the op result it views (offset 0 at run time, as in the example). An
+    input's own offset is guarded; a chain through an op that may or may not copy (reshape,
+    contiguous) breaks the graph."""
+    from .. import guards as G
+    from ..sources import StorageOffsetSource
+
+    node = t.node
+    offset = t.example.storage_offset()
+    while node.op != "placeholder":
+        name = target_name(node)
+        if name == "as_strided" or node.op not in ("call_function", "call_method") \
+                or name not in _VIEW_NAMES_MAYBE_COPYING and name not in _OFFSET_VIEWS:
+            return const(offset)  # a fresh result (or an absolute offset)
+        if name in ("getitem", "__getitem__") and any(
+                hasattr(i, "op") or isinstance(i, (list, torch.Tensor))
+                for i in (node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],))):
+            return const(offset)  # advanced indexing: a copy
+        if name not in _OFFSET_VIEWS or not node.args or not hasattr(node.args[0], "op"):
+            raise ExampleOnlyAnswer(f"{t._short()}.storage_offset() of the result of "
+                                    f"{_readable(node.op, node.target)}, which may be a copy or a "
+                                    "view", _DATA_HINT)
+        node = node.args[0]
+    for source, real, input_node in tx.output.inputs:
+        if input_node is node:
+            tx.output.guards.add(G.EqualsGuard(StorageOffsetSource(source), real.storage_offset()))
+            # in t's elements (x.view(torch.int8) counts bytes)
+            start = real.storage_offset() * real.element_size() // t.example.element_size()
+            return const(start + offset)
+    raise ExampleOnlyAnswer(f"{t._short()}.storage_offset()", _DATA_HINT)
+
+
+#: Ops that return a view of their first argument or a copy, as its layout has it.
+_VIEW_NAMES_MAYBE_COPYING = frozenset({
+    "reshape", "reshape_as", "flatten", "contiguous", "to", "type", "type_as", "float", "double",
+    "half", "bfloat16", "int", "long", "bool", "data", "view_as_real", "view_as_complex",
 })
 # Methods that read a tensor's data into Python: cannot be in a graph.
 _DATA_METHODS = {
@@ -199,6 +250,8 @@ class TensorMethodValue(Value):
 
     def call(self, tx, args, kwargs):
         name = self.name
+        if name == "storage_offset" and not args and not kwargs:
+            return _storage_offset(tx, self.tensor)
         if name in _META_METHODS:
             example = self.tensor.example
             return const(getattr(example, name)(*[a.as_constant() for a in args],
@@ -443,7 +496,7 @@ class ExampleOnlyAnswer(Unsupported):
 #: Calls that return a Python number or bool that depends only on shapes, strides and dtypes,
 #: which the example has (by function or method name).
 _METADATA_QUERIES = frozenset(_META_METHODS | {
-    "is_same_size", "is_conj", "is_neg", "can_cast", "is_nonzero_size", "sym_size", "sym_stride",
+    "is_same_size", "can_cast", "is_nonzero_size", "sym_size", "sym_stride",
     "sym_numel", "get_device", "is_tensor",
 })
 
