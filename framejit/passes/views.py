@@ -13,9 +13,9 @@ and strides), kernel outputs (allocated as predicted; the caller names them), an
 of torch ops that always allocate a contiguous result (matmuls, ``linear``, ``contiguous``).
 
 The helper's tensor is not a view for autograd (no ``_base``, a version counter of its own), so
-the pass leaves alone any graph that computes with gradients or writes to a tensor (an
-in-place op, ``out=``, a module call, a kernel that updates a buffer), and any view the graph
-returns. Graphs with symbolic sizes are not passed to it.
+the pass leaves alone any graph that computes with gradients or writes to a tensor it did not
+compute (an in-place op on an input, ``out=``, a module call, a kernel that updates a buffer),
+and any view the graph returns. Graphs with symbolic sizes are not passed to it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, is_inplace, name_of
+from ..fx_ir import VIEW_NAMES, Graph, Node, is_inplace, name_of, target_name
 
 _guards = getattr(torch._C._dynamo, "guards", None)
 #: torch's C helper: ``(tensor, sizes, strides, offset_increment)`` -> a tensor of the same
@@ -54,7 +54,7 @@ def _base_name(node: Node) -> str:
 
 def _safe(graph: Graph, fused: Graph | None) -> bool:
     """Whether no node of ``graph`` (or of the kernels' ``fused`` graph) writes to a tensor or
-    computes with gradients."""
+    computes with gradients (an op other than a view whose result requires grad)."""
     for g in (graph, fused):
         if g is None:
             continue
@@ -63,13 +63,31 @@ def _safe(graph: Graph, fused: Graph | None) -> bool:
                 return False
             if node.op not in ("call_function", "call_method"):
                 continue  # inputs and parameters may require grad: only computing records
-            if is_inplace(node.op, node.target, node.kwargs):
+            if is_inplace(node.op, node.target, node.kwargs) and not _writes_a_fresh_result(node):
                 return False
+            if _base_name(node) in _VIEWS:
+                continue  # a view of a parameter requires grad under no_grad too
             v = node.meta.get("val")
             values = v if isinstance(v, (tuple, list)) else (v,)
             if any(isinstance(t, torch.Tensor) and t.requires_grad for t in values):
                 return False
     return True
+
+
+def _writes_a_fresh_result(node: Node) -> bool:
+    """Whether the in-place ``node`` writes only to a tensor the graph computed (and no view of
+    an input or parameter): T5's ``buckets += ...`` on a result of its own. Nothing outside the
+    graph sees such a tensor's version counter."""
+    if "out" in node.kwargs or node.kwargs.get("inplace") is True or not node.args:
+        return False
+    target = node.args[0]
+    while isinstance(target, Node):
+        if target.op != "call_function" and target.op != "call_method":
+            return False  # an input, a parameter, a module's buffer
+        if target_name(target).split(".")[0] not in VIEW_NAMES:
+            return True
+        target = target.args[0] if target.args else None
+    return True  # a number: `0 += t` makes a new tensor
 
 
 def _view_base(node: Node) -> Node | None:

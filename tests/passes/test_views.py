@@ -117,3 +117,18 @@ def test_views_of_an_input_that_starts_inside_its_storage():
     compiled = framejit.compile(f, backend="c")
     for x in (base[0:8], base[5:13], base[30:38]):
         assert torch.equal(compiled(x), f(x))
+
+
+def test_a_graph_that_writes_only_to_its_own_results_still_reinterprets():
+    # T5's `buckets += ...` writes to a tensor the graph made: nothing outside sees it.
+    x, w, b = torch.randn(2, 8, 32), torch.randn(32, 96), torch.randn(96)
+
+    def f(x, w, b):
+        heads = attention_heads(x, w, b)
+        y = x * 2
+        y += 1
+        return heads, y.view(16, 32)
+
+    got, want, views, reinterprets = _compiled(f, x, w, b)
+    assert_close_to_eager(got, want)
+    assert len(reinterprets) == 4
