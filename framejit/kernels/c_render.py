@@ -614,6 +614,17 @@ static inline uint16_t fj_f2bf(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even, as c10::BFloat16 */
     return (uint16_t)(u >> 16);
 }
+/* fj_bf2f(fj_f2bf(f)) in 32-bit lanes: a loop that rounds a bf16 value it goes on computing
+   with stays one vector loop (through uint16_t, gcc split GELU+bias's loop and ran 1.6x slower). */
+static inline float fj_round_bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    u = f != f ? 0x7fc00000u : u;
+    float o;
+    memcpy(&o, &u, 4);
+    return o;
+}
 /* fp16 <-> fp32, as torch converts (round to nearest even; NaN stays NaN, with its sign).
    _Float16 conversions vectorize only where the CPU converts vectors natively (AVX512-FP16,
    arm64): gcc 12 on an AVX-512 or AVX2 x86 makes each one a scalar vcvtph2ps, and a loop that
@@ -1294,7 +1305,7 @@ class _Renderer:
         if k == "round":
             if op.args[1] == torch.float16:
                 return f"fj_h2f(fj_f2h((float){a[0]}))"
-            return f"fj_bf2f(fj_f2bf((float){a[0]}))"
+            return f"fj_round_bf((float){a[0]})"
         if k == "where":
             return f"({a[0]} ? {a[1]} : {a[2]})"
         if k == "concat" and self.chosen(op) is not None:

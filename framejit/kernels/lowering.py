@@ -519,12 +519,33 @@ class _Lowering:
         if node not in self.read_16bit:
             return index
         op = self.kernel.ops[index]
-        exact = (op.kind == "round" and op.args[1] == dtype
-                 or op.kind == "load" and self.kernel.buffer(op.args[0]).dtype == dtype
+        exact = (self.holds(index, dtype)
                  # a conversion of a value the dtype holds exactly (its input is rounded itself)
                  or node.target in (prims.convert_element_type.default, aten.clone.default)
                  and not _rounds(_val(node.args[0]).dtype, dtype))
         return index if exact else self.emit("round", (index, dtype), op.dtype, op.level)
+
+    def holds(self, index: int, dtype: torch.dtype) -> bool:
+        """Whether op ``index``'s value is one that ``dtype`` (fp16/bf16) holds exactly: a load
+        of such a buffer, a rounding to it, and what negation, abs, selection and
+        concatenation make of such values (a rotary embedding's ``cat([-x2, x1])``)."""
+        op = self.kernel.ops[index]
+        if op.kind == "round":
+            return op.args[1] == dtype
+        if op.kind == "load":
+            return not _rounds(self.kernel.buffer(op.args[0]).dtype, dtype)
+        if op.kind == "const":
+            v = op.args[0]
+            return isinstance(v, (int, float)) and torch.tensor(v, dtype=dtype).item() == v
+        if op.kind in ("neg", "abs"):
+            return self.holds(op.args[0], dtype)
+        if op.kind == "where":
+            return self.holds(op.args[1], dtype) and self.holds(op.args[2], dtype)
+        if op.kind in ("maximum", "minimum"):
+            return all(self.holds(a, dtype) for a in op.args)
+        if op.kind == "concat":
+            return all(self.holds(a, dtype) for a in op.args[1::2])
+        return False
 
     @contextlib.contextmanager
     def placement(self, span: Span, size: int, box_size, start):

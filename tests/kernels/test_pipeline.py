@@ -118,6 +118,22 @@ def test_an_fp16_value_read_inside_a_kernel_is_held_in_its_dtype(form, dtype, re
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_values_the_dtype_holds_exactly_are_not_rounded_again(dtype, device):
+    # A rotary embedding: x * cos and cat([-x2, x1]) * sin are rounded as eager rounds them;
+    # -x2 and the cat of loaded values are already values of the dtype (rounding them again
+    # made the bf16 pattern 1.6x slower).
+    def rotary(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., h:], x[..., :h]], -1) * sin
+
+    x, c, s = (torch.randn(*shape, device=device).to(dtype) for shape in ((6, 32), (32,), (32,)))
+    got, backend = run_kernels(rotary, x, c, s)
+    (kernel,) = backend.kernels
+    assert sum(op.kind == "round" for op in kernel.kernel.ops) == 2, str(kernel.kernel)
+    torch.testing.assert_close(got, rotary(x, c, s), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("form", ["ge", "le", "eq", "int_number", "ne_scalar_first", "where",
                                   "masked_fill", "clamp_max", "clamp_min", "ge_tensor",
                                   "where_tensor", "maximum_tensor", "clamp_tensor"])
