@@ -29,6 +29,7 @@ from .meta import (
     to_meta,
 )
 from .node import (
+    OFFSET_VIEW_NAMES,
     OPS,
     VIEW_NAMES,
     Node,
@@ -42,6 +43,7 @@ from .to_torch import to_torch_fx
 
 __all__ = [
     "NO_DEFAULT",
+    "OFFSET_VIEW_NAMES",
     "OPS",
     "VIEW_NAMES",
     "Graph",

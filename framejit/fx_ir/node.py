@@ -129,6 +129,16 @@ VIEW_NAMES = frozenset({
     "t_", "requires_grad_",
 })
 
+#: The ops of VIEW_NAMES whose result is always a view of their first argument, starting at an
+#: offset from that argument's start that its layout and the other arguments decide (so not
+#: reshape, which may copy, nor as_strided, whose offset counts from the storage's start).
+OFFSET_VIEW_NAMES = frozenset({
+    "view", "view_as", "narrow", "select", "slice", "getitem", "__getitem__", "transpose", "t",
+    "permute", "squeeze", "unsqueeze", "expand", "expand_as", "unbind", "split", "chunk",
+    "tensor_split", "split_with_sizes", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "diagonal", "unfold", "detach", "alias", "unflatten", "real", "imag",
+})
+
 
 def name_of(target: Any) -> str:
     """A call target's name: a method's name itself, else the target's ``__name__``

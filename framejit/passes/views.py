@@ -25,20 +25,16 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import VIEW_NAMES, Graph, Node, is_inplace, name_of, target_name
+from ..fx_ir import OFFSET_VIEW_NAMES, VIEW_NAMES, Graph, Node, is_inplace, name_of, target_name
 
 _guards = getattr(torch._C._dynamo, "guards", None)
 #: torch's C helper: ``(tensor, sizes, strides, offset_increment)`` -> a tensor of the same
 #: storage. None on a torch without it (the pass then does nothing).
 REINTERPRET = getattr(_guards, "_reinterpret_tensor", None)
 
-#: Ops whose result is a view of their first argument, laid out by a rule of its layout alone.
-_VIEWS = frozenset({
-    "view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "t",
-    "permute", "expand", "narrow", "select", "slice", "getitem", "split", "split_with_sizes",
-    "chunk", "unbind", "tensor_split", "movedim", "moveaxis", "swapaxes", "swapdims",
-    "alias", "_unsafe_view",
-})  # not as_strided: its offset counts from the storage's start, not from its input's
+#: Ops whose result is a view of their first argument, laid out by a rule of its layout alone;
+#: a reshape counts where the example shows it views (each chain is recomputed and checked).
+_VIEWS = OFFSET_VIEW_NAMES | {"reshape", "flatten", "_unsafe_view"}
 
 #: Ops whose result is a fresh tensor, contiguous on every device: torch's matmul kernels
 #: allocate their result with empty strides, and linear and contiguous end in one of them or

@@ -14,7 +14,7 @@ import operator
 import torch
 
 from ...errors import Unsupported
-from ...fx_ir import is_inplace, target_name
+from ...fx_ir import OFFSET_VIEW_NAMES, VIEW_NAMES, is_inplace, target_name
 from ..examples import example_result
 from ..examples import readable_call as _readable
 from .base import Value
@@ -45,14 +45,6 @@ _META_METHODS = frozenset({
 # offset, and x[3:7] and x[0:4] shared one cache entry), is_conj() and is_neg() (the meta
 # example does not carry those bits: a call of them breaks the graph).
 
-#: Ops whose result is always a view of their first argument at an offset of its own layout.
-_OFFSET_VIEWS = frozenset({
-    "view", "narrow", "select", "slice", "getitem", "__getitem__", "transpose", "t", "permute",
-    "squeeze", "unsqueeze", "expand", "expand_as", "unbind", "split", "chunk", "tensor_split",
-    "split_with_sizes", "movedim", "moveaxis", "swapaxes", "swapdims", "diagonal", "unfold",
-    "detach", "alias", "view_as", "unflatten", "real", "imag",
-})
-
 
 def _storage_offset(tx, t: TensorValue) -> Value:
     """``t.storage_offset()``: the example's, which counts from the start of the graph input
@@ -67,13 +59,13 @@ def _storage_offset(tx, t: TensorValue) -> Value:
     while node.op != "placeholder":
         name = target_name(node)
         if name == "as_strided" or node.op not in ("call_function", "call_method") \
-                or name not in _VIEW_NAMES_MAYBE_COPYING and name not in _OFFSET_VIEWS:
+                or name not in VIEW_NAMES:
             return const(offset)  # a fresh result (or an absolute offset)
         if name in ("getitem", "__getitem__") and any(
                 hasattr(i, "op") or isinstance(i, (list, torch.Tensor))
                 for i in (node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],))):
             return const(offset)  # advanced indexing: a copy
-        if name not in _OFFSET_VIEWS or not node.args or not hasattr(node.args[0], "op"):
+        if name not in OFFSET_VIEW_NAMES or not node.args or not hasattr(node.args[0], "op"):
             raise ExampleOnlyAnswer(f"{t._short()}.storage_offset() of the result of "
                                     f"{_readable(node.op, node.target)}, which may be a copy or a "
                                     "view", _DATA_HINT)
@@ -87,11 +79,6 @@ def _storage_offset(tx, t: TensorValue) -> Value:
     raise ExampleOnlyAnswer(f"{t._short()}.storage_offset()", _DATA_HINT)
 
 
-#: Ops that return a view of their first argument or a copy, as its layout has it.
-_VIEW_NAMES_MAYBE_COPYING = frozenset({
-    "reshape", "reshape_as", "flatten", "contiguous", "to", "type", "type_as", "float", "double",
-    "half", "bfloat16", "int", "long", "bool", "data", "view_as_real", "view_as_complex",
-})
 # Methods that read a tensor's data into Python: cannot be in a graph.
 _DATA_METHODS = {
     "item": "x.item()",
