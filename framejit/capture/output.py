@@ -238,14 +238,12 @@ class OutputGraph:
             # Numbers the frame writes, computed before anything happens: if one raises (a
             # division by a number now 0), the frame runs again as plain Python, which raises
             # it after the side effects before it, as eager does.
-            again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
             lines += ["___failed = False", "try:", *(f"    {line}" for line in early),
                       "except Exception as ___nerr:",
                       f"    if {cg.const_name(rerun_mod.raised_by_signal_handler)}(___nerr): raise",
                       "    ___failed = True",
                       "if ___failed:",
-                      f"    raise {cg.const_name(NativeResult)}({again})" if as_tuple
-                      else f"    return {again}"]
+                      f"    {self._run_again(cg, code, argnames, as_tuple)}"]
         self._guard_written_objects_distinct()
         self._guard_identity_keys()
         self._guard_builtins()
@@ -327,10 +325,9 @@ class OutputGraph:
                 if plan.random:
                     lines.append(f"___rng = {cg.const_name(rerun_mod.RandomState)}()")
                     undo.append("    ___rng.restore()")
-                again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
                 # Run again after the `except` block, so that an error of the plain run is not
                 # shown as raised "during handling" of the graph's.
-                rerun_call = f"raise {cg.const_name(NativeResult)}({again})" if as_tuple else f"return {again}"
+                rerun_call = self._run_again(cg, code, argnames, as_tuple)
                 calls = ["try:", *(f"    {line}" for line in calls), "except Exception as ___err:",
                          f"    if {cg.const_name(rerun_mod.raised_by_signal_handler)}(___err): raise",
                          *undo, "else:"]
@@ -357,6 +354,12 @@ class OutputGraph:
         entry.__framejit_loads__ = cg.source_expr.sources  # for capture/readable/
         _C.set_code_mode(entry.__code__, _C.MODE_SKIP)
         return entry, src, gm, compiled
+
+    def _run_again(self, cg, code, argnames, as_tuple: bool) -> str:
+        """The entry's statement that runs the frame again as plain Python and hands over its
+        result: returned, or raised as a NativeResult for a graph break's resume (``as_tuple``)."""
+        again = f"{cg.const_name(rerun_mod.native_rerun(code, self.f_globals))}({', '.join(argnames)})"
+        return f"raise {cg.const_name(NativeResult)}({again})" if as_tuple else f"return {again}"
 
     def _rerun_plan(self, graph):
         """How to run the frame again as plain Python if the graph raises (rerun.py), or None:
