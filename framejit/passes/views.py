@@ -13,9 +13,10 @@ and strides), kernel outputs (allocated as predicted; the caller names them), an
 of torch ops that always allocate a contiguous result (matmuls, ``linear``, ``contiguous``).
 
 The helper's tensor is not a view for autograd (no ``_base``, a version counter of its own), so
-the pass leaves alone any graph that computes with gradients or writes to a tensor it did not
-compute (an in-place op on an input, ``out=``, a module call, a kernel that updates a buffer),
-and any view the graph returns. Graphs with symbolic sizes are not passed to it.
+the pass leaves alone any graph that computes with gradients (a view that autograd links to its
+base counts) or writes to a tensor it did not compute (an in-place op on an input, ``out=``, a
+module call, a kernel that updates a buffer), and any view the graph returns, with the views
+it is made from. Graphs with symbolic sizes are not passed to it.
 """
 
 from __future__ import annotations
@@ -61,11 +62,15 @@ def _safe(graph: Graph, fused: Graph | None) -> bool:
                 continue  # inputs and parameters may require grad: only computing records
             if is_inplace(node.op, node.target, node.kwargs) and not _writes_a_fresh_result(node):
                 return False
-            if _base_name(node) in _VIEWS:
-                continue  # a view of a parameter requires grad under no_grad too
             v = node.meta.get("val")
-            values = v if isinstance(v, (tuple, list)) else (v,)
-            if any(isinstance(t, torch.Tensor) and t.requires_grad for t in values):
+            values = [t for t in (v if isinstance(v, (tuple, list)) else (v,))
+                      if isinstance(t, torch.Tensor)]
+            if _base_name(node) in _VIEWS:
+                # a view of a parameter requires grad under no_grad too: it records only where
+                # autograd links it to its base (a grad_fn), as under grad mode
+                if any(t.grad_fn is not None for t in values):
+                    return False
+            elif any(t.requires_grad for t in values):
                 return False
     return True
 
@@ -138,9 +143,17 @@ def views_as_reinterprets(graph: Graph, exact: set[Node], fused: Graph | None = 
             continue
         derived[node] = value
         root_of[node] = root
-    # A split's tuple (its items are replaced) and a view the graph returns stay as they are.
-    replaced = [node for node in root_of if isinstance(derived[node], torch.Tensor)
-                and all(u.op != "output" for u in node.users)]
+    # A split's tuple (its items are replaced) stays as it is, and so do a view the graph
+    # returns and the views it is a view of: the caller's tensor is a view of its base for
+    # autograd (``_base``, one version counter), as in eager.
+    returned: set[Node] = set()
+    for node in root_of:
+        if any(u.op == "output" for u in node.users):
+            while node in root_of and node not in returned:
+                returned.add(node)
+                node = _view_base(node)
+    replaced = [node for node in root_of
+                if isinstance(derived[node], torch.Tensor) and node not in returned]
     for node in replaced:
         root = root_of[node]
         v, r = derived[node], derived[root]

@@ -63,6 +63,45 @@ def test_a_view_the_graph_returns_stays_a_view():
     assert [n.target for n in views] == ["view"]
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_returned_view_of_an_input_stays_a_view_of_it_through_its_chain(grad):
+    # x.view(2, 12)[0]: the [0] is returned, and the view(2, 12) it is taken from stays too, so
+    # the caller's tensor is a view of x for autograd (its _base, one version counter).
+    x = torch.randn(4, 6, requires_grad=grad)
+
+    def f(x):
+        return x.view(2, 12)[0], x.view(4, 2, 3).transpose(1, 2) * 2
+
+    got, want, views, reinterprets = _compiled(f, x, grad=grad)
+    assert_close_to_eager(got, want)
+    assert got[0]._base is x and got[0].requires_grad == want[0].requires_grad == grad
+    # the returned chain's view stays; the other chain, read by a kernel, is a reinterpret of x
+    # where nothing records gradients
+    assert [n.target for n in views].count("view") == (2 if grad else 1)
+    assert len(reinterprets) == (0 if grad else 1)
+    if not grad:
+        # a write through the returned view moves x's version, as autograd checks it
+        before = x._version
+        got[0].add_(1)
+        assert x._version > before
+
+
+def test_views_of_an_input_that_requires_grad_keep_their_gradients():
+    # A graph of views only: each links its result to the input for autograd, so none is a
+    # reinterpret under grad mode (GPT-2's split_heads alone: view then transpose).
+    x = torch.randn(2, 4, 6, requires_grad=True)
+
+    def f(x):
+        return x.view(2, 4, 2, 3).transpose(1, 2)
+
+    got, want, views, reinterprets = _compiled(f, x, grad=True)
+    assert_close_to_eager(got, want)
+    assert views and not reinterprets and got.grad_fn is not None and got._base is x
+    (g,) = torch.autograd.grad((got * got).sum(), x)
+    (w,) = torch.autograd.grad((want * want).sum(), x)
+    assert torch.equal(g, w)
+
+
 def test_views_of_a_result_of_unknown_layout_stay():
     # Attention on CPU may return another layout than its example's: its views are not known.
     q = torch.randn(2, 4, 8, 16)
