@@ -218,6 +218,81 @@ def test_pending_attribute_write_is_visible_to_hasattr():
     assert compiled(torch.ones(1), Plain()) == f(torch.ones(1), Plain()) == (False, True, True)
 
 
+class _Probe(torch.nn.Module):
+    def forward(self, x):
+        return x + 1 if hasattr(self, "extra") else x - 1
+
+
+class _Dropper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tmp = 1
+
+    def forward(self, x):
+        r = x + 1 if hasattr(self, "tmp") else x - 1
+        if hasattr(self, "tmp"):
+            del self.tmp
+        return r
+
+
+@pytest.mark.parametrize("add", ["attribute", "buffer", "submodule"])
+def test_hasattr_on_a_module_follows_what_it_holds(add):
+    m = _Probe()
+    compiled = framejit.compile(m)
+    x = torch.zeros(1)
+    assert compiled(x).item() == -1
+    if add == "attribute":
+        m.extra = 1
+    elif add == "buffer":
+        m.register_buffer("extra", torch.ones(1))
+    else:
+        m.extra = torch.nn.Identity()
+    assert compiled(x).item() == m(x).item() == 1
+    del m.extra
+    assert compiled(x).item() == -1
+
+
+def test_hasattr_on_a_module_that_deletes_the_attribute():
+    compiled, eager = framejit.compile(_Dropper()), _Dropper()
+    x = torch.zeros(1)
+    assert [compiled(x).item() for _ in range(2)] == [eager(x).item() for _ in range(2)] == [1, -1]
+
+
+def test_hasattr_on_a_class_and_a_user_module_follows_later_definitions():
+    import types
+
+    class Config:
+        pass
+
+    cfg = types.ModuleType("fj_user_cfg")  # made at run time: the user's, so guarded
+
+    def f(x, holder):
+        return x + 1 if hasattr(Config, "flag") else x - 1, x + 1 if hasattr(holder, "opt") else x
+
+    compiled = framejit.compile(f)
+    x = torch.zeros(1)
+    calls = []
+    for step in range(3):
+        if step == 1:
+            Config.flag, cfg.opt = True, 1
+        if step == 2:
+            del Config.flag, cfg.opt
+        calls.append([t.item() for t in compiled(x, cfg)] == [t.item() for t in f(x, cfg)])
+    assert calls == [True, True, True]
+
+
+def test_hasattr_of_an_attribute_set_on_an_input_tensor():
+    def f(x):
+        return x + 1 if hasattr(x, "tag") else x - 1, getattr(x, "tag", 0)
+
+    compiled = framejit.compile(f)
+    tagged = torch.zeros(1)
+    tagged.tag = 3
+    for t in (tagged, torch.zeros(1)):
+        got, want = compiled(t), f(t)
+        assert got[0].item() == want[0].item() and got[1] == want[1]
+
+
 def test_new_global_shadows_a_builtin(stats):
     namespace: dict = {}
     exec("def f(x):\n    return x + len([1, 2])\n", namespace)

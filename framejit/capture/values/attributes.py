@@ -73,6 +73,20 @@ def guarded_find(tx, mro, name: str) -> tuple:
     return klass, attr
 
 
+def guard_absent(tx, mro, name: str) -> None:
+    """Guard that no user class of ``mro`` defines ``name`` (what :func:`guarded_find` leaves
+    unguarded when none does): for ``hasattr(Cls, name)``, whose answer changes when the name
+    is defined later."""
+    from ..guards import EqualsGuard
+    from ..sources import InstanceDictHasSource, ObjectSource
+
+    done = tx.output.class_lookups
+    for klass in mro:
+        if (klass, name, False) not in done and _user_class(klass):
+            done.add((klass, name, False))
+            tx.output.guards.add(EqualsGuard(InstanceDictHasSource(ObjectSource(klass), name), False))
+
+
 def _user_class(klass: type) -> bool:
     from .builder import from_library
 

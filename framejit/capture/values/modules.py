@@ -9,8 +9,8 @@ import types
 from torch import nn
 
 from ...errors import Unsupported
-from ..guards import DictKeysGuard, NoHooksGuard
-from ..sources import AttrSource, ModuleMemberSource
+from ..guards import DictKeysGuard, EqualsGuard, NoHooksGuard
+from ..sources import AttrSource, HasAttrSource, ModuleMemberSource
 from .attributes import guarded_find, guarded_lookup, python_getattr_hook
 from .base import BoundMethod, Value
 from .constants import const
@@ -102,7 +102,24 @@ class ModuleValue(Value):
         raise Unsupported(f"{self.describe()} has no attribute {name!r}")
 
     def hasattr(self, tx, name):
-        return hasattr(self.module, name)
+        """Whether the module has attribute ``name``: written earlier in the function, defined
+        by its class (guarded as a read is), or else held by the instance or its parameter,
+        buffer and submodule tables, guarded either way (``m.tmp = ...`` or a buffer registered
+        after the capture recompiles, as a deletion does)."""
+        if tx.output.side_effects.load_attr(self, name) is not None:
+            return True
+        mod = self.module
+        _, attr = guarded_find(tx, type(mod).__mro__, name)
+        if attr is not MISSING:
+            if isinstance(attr, property) or type(mod).__getattribute__ is not object.__getattribute__:
+                raise Unsupported(f"hasattr() on {self.describe()}")  # only reading it tells
+            return True
+        if type(mod).__getattr__ is not nn.Module.__getattr__:
+            raise Unsupported(f"hasattr() on {self.describe()}")  # the class's own __getattr__
+        found = hasattr(mod, name)  # the instance dict, then nn.Module's tables
+        if self.source is not None:
+            tx.output.guards.add(EqualsGuard(HasAttrSource(self.source, name), found))
+        return found
 
     def call_method(self, tx, name, args, kwargs):
         if is_builtin_container_method(self.module, name):

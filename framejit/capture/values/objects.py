@@ -15,7 +15,13 @@ from ..sources import (
     InstanceDictHasSource,
     ObjectSource,
 )
-from .attributes import generic_getattr, guarded_lookup, python_getattr_hook
+from .attributes import (
+    generic_getattr,
+    guard_absent,
+    guarded_find,
+    guarded_lookup,
+    python_getattr_hook,
+)
 from .autograd_function import AutogradFunctionApplyValue, is_custom_function_apply
 from .base import BoundMethod, Value
 from .constants import const
@@ -340,7 +346,12 @@ class PythonModuleValue(Value):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_global(self.module.__dict__, name) is not None:
             return True
-        return hasattr(self.module, name)
+        found = hasattr(self.module, name)
+        if not self.trusted and self.source is not None:
+            # the user's module: a name defined (or deleted) after the capture recompiles
+            from ..guards import EqualsGuard
+            tx.output.guards.add(EqualsGuard(HasAttrSource(self.source, name), found))
+        return found
 
     def pinned_object(self):
         return self.module
@@ -371,7 +382,13 @@ class ClassValue(Value):
         return self.cls
 
     def hasattr(self, tx, name):
-        return hasattr(self.cls, name)
+        """Whether the class (or its metaclass) defines ``name``; what a user class defines is
+        guarded, and so is its absence (``Cls.flag = True`` after the capture recompiles)."""
+        _, attr = guarded_find(tx, self.cls.__mro__, name)
+        if attr is not MISSING:
+            return True
+        guard_absent(tx, self.cls.__mro__, name)
+        return hasattr(type(self.cls), name)
 
     def getattr(self, tx, name):
         from .builder import from_library, wrap, wrap_sourceless

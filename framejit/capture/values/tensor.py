@@ -125,7 +125,20 @@ class TensorValue(Value):
         return self.node.meta.get("type", torch.Tensor)
 
     def hasattr(self, tx, name):
-        return hasattr(self.example, name)
+        if hasattr(self.python_type(), name):
+            return hasattr(self.example, name)  # (a property may raise AttributeError)
+        if self.source is None:
+            return False  # made in the function, which sets no attribute of its own on it
+        # An attribute the caller may set on the tensor (``x.tag = ...``), which the example
+        # lacks: its absence is guarded; where the real tensor has it, only reading it tells.
+        real = tx.output.real_input(self)
+        if real is None or name in getattr(real, "__dict__", {name: None}):
+            raise Unsupported(f"hasattr() of {name!r} on {self.describe()}, an attribute set on "
+                              "the tensor", "pass the attribute's value as an argument")
+        from ..guards import EqualsGuard
+        from ..sources import InstanceDictHasSource
+        tx.output.guards.add(EqualsGuard(InstanceDictHasSource(self.source, name), False))
+        return False
 
     def getattr(self, tx, name):
         if name in _META_ATTRS:
