@@ -270,4 +270,5 @@ def _donor(arg, call, kernel_calls) -> bool:
         source = arg.args[0]
     if source in kernel_calls:
         return True
-    return source is arg and _fresh_name(arg.target) in _FRESH
+    # (a matmul with ``out=`` returns the caller's tensor)
+    return source is arg and _fresh_name(arg.target) in _FRESH and not arg.is_impure()

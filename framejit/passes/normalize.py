@@ -124,10 +124,38 @@ def _scaled(b: Builder, c: Any, alpha: Any) -> Node | None:
     return b.mul(b.convert(c, out), alpha)
 
 
+def _scaled_in_fp32(b: Builder, op: Any, a: Any, c: Any, alpha: Any) -> Node | None:
+    """``a <op> alpha * c`` (add or sub) for a fp16/bf16 result, as eager computes it: the
+    operands in the result's dtype, then ``a + alpha * c`` in fp32, rounded once. Eager's CPU
+    kernel takes ``alpha`` in the result's dtype too, as it converts every number that add
+    reads; its CUDA kernel takes it as given."""
+    out = b.out.dtype
+    if type(alpha) is bool or not number_fits(alpha, out):
+        return None
+    if torch.device(b.node.meta.get("device", "cpu")).type == "cpu":
+        alpha = torch.tensor(alpha, dtype=out).item()
+        if is_number(a):
+            a = torch.tensor(a, dtype=out).item()
+
+    def wide(x):
+        return b.convert(b.convert(x, out, rounds=True), torch.float32)
+
+    scaled = b.mul(wide(c), alpha)
+    if is_tensor(a):
+        result = b(op, wide(a), scaled)
+    elif op is aten.add.Tensor:
+        result = b.add(scaled, a)
+    else:
+        result = b.add(b.unary("neg", scaled), a)  # s - x == (-x) + s exactly
+    return b.convert(result, out, rounds=True)
+
+
 def _arith(b: Builder, op: Any, a: Any, c: Any, alpha: Any = 1) -> Node | None:
     """``a <op> alpha * c`` with a tensor first. ``op`` is add/sub/mul/div .Tensor."""
     if not _operands(a, c) or not is_number(alpha):
         return None
+    if alpha != 1 and is_tensor(c) and b.out.dtype in (torch.float16, torch.bfloat16):
+        return _scaled_in_fp32(b, op, a, c, alpha)
     c = _scaled(b, c, alpha)
     if c is None:
         return None
@@ -170,8 +198,10 @@ def _rsub_method(b, input, other):
 @_pointwise(torch.rsub)
 def _rsub(b, input, other, *, alpha=1):
     # torch.rsub(x, y, alpha) == y - alpha * x
-    if not is_number(alpha):
+    if not is_number(alpha) or not _operands(input, other):
         return None
+    if alpha != 1 and is_tensor(input) and b.out.dtype in (torch.float16, torch.bfloat16):
+        return _scaled_in_fp32(b, aten.sub.Tensor, other, input, alpha)
     input = _scaled(b, input, alpha)
     if input is None:
         return None
@@ -640,8 +670,8 @@ def _only_read_here(x: Any, node: Node) -> bool:
     """``x`` is new memory (a matmul's or convolution's result, or one of the vocabulary's
     pointwise ops and reductions) that ``node`` alone uses."""
     if not isinstance(x, Node) or x.op not in ("call_function", "call_method") \
-            or set(x.users) != {node}:
-        return False
+            or set(x.users) != {node} or x.is_impure():
+        return False  # (an op with ``out=`` returns the caller's tensor)
     try:
         return x.target in _FRESH_RESULTS or (x.target in VOCABULARY and not x.is_impure())
     except TypeError:  # an unhashable target

@@ -129,6 +129,37 @@ def test_graph_inputs_and_views_are_never_written():
     assert not any(_reused(backend))
 
 
+_OUT_FORMS = {
+    "mm then relu": lambda a, w, b, buf: torch.mm(a, w, out=buf).relu(),
+    "addmm then +=": lambda a, w, b, buf: torch.addmm(b, a, w, out=buf).add_(1).sigmoid(),
+    "matmul then +=": lambda a, w, b, buf: _then_iadd(torch.matmul(a, w, out=buf)),
+    "mm into a view, then softmax": lambda a, w, b, buf: torch.softmax(
+        torch.mm(a, w, out=buf[:, :]), -1),
+    "add then exp": lambda a, w, b, buf: torch.add(a, b, out=buf).exp(),
+}
+
+
+def _then_iadd(y):
+    y += 1
+    return y.relu()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("form", _OUT_FORMS)
+def test_a_result_written_to_the_caller_s_out_tensor_is_not_fresh(form, grad):
+    # `torch.mm(a, w, out=buf)` returns the caller's buf: a kernel never writes its output over
+    # it, and `y += 1` on it stays in place, so buf ends as in eager.
+    fn = _OUT_FORMS[form]
+    torch.manual_seed(0)
+    a, w, b = torch.randn(3, 4), torch.randn(4, 4), torch.randn(4)
+    compiled = framejit.compile(fn, backend="c")
+    with torch.set_grad_enabled(grad):
+        want_buf, got_buf = torch.zeros(3, 4), torch.zeros(3, 4)
+        want = fn(a, w, b, want_buf)
+        assert_close_to_eager(compiled(a, w, b, got_buf), want)
+    assert torch.equal(got_buf, want_buf)
+
+
 def test_matmul_results_and_dtype_changes(threads):
     torch.manual_seed(0)
     a, b, bias = torch.randn(3, 7, 16), torch.randn(24, 16), torch.randn(24)
