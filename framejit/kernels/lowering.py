@@ -599,7 +599,9 @@ class _Lowering:
         c = compute_dtype(out.dtype)
         if target in _ARITHMETIC:
             name = _ARITHMETIC[target]
-            if name in ("maximum", "minimum"):
+            if name in ("maximum", "minimum") or name in ("add", "sub") and _on_cpu(node):
+                # eager's CPU add and sub convert a number (or a 0-dim fp32 tensor) to a
+                # fp16/bf16 result's dtype first; its mul and div, and CUDA's add, do not
                 ops = [self.operand_in(a, out.dtype, level) for a in args]
             else:
                 ops = [self.operand(a, c, level) for a in args]
@@ -629,7 +631,16 @@ class _Lowering:
                 x = self.emit("where", (self.emit("gt", (x, bound), torch.bool, level), bound, x), c, level)
             return x
         if target is aten.pow.Tensor_Scalar:
-            return self.power(self.operand(args[0], c, level), args[1], c, level)
+            x = self.operand(args[0], c, level)
+            if args[1] in (0.5, -0.5) and out.dtype == torch.float16 and _on_cpu(node):
+                # eager's CPU fp16 power is std::pow, not a square root: pow(-0, ±0.5) is
+                # +0 / +inf and pow(-inf, ±0.5) is +inf / +0 (sqrt gives -0 and NaN)
+                x = self.emit("add", (x, self.emit("const", (0.0,), c, level)), c, level)  # -0: +0
+                inf = self.emit("const", (math.inf,), c, level)
+                minus_inf = self.emit("const", (-math.inf,), c, level)
+                x = self.emit("where", (self.emit("eq", (x, minus_inf), torch.bool, level), inf, x),
+                              c, level)
+            return self.power(x, args[1], c, level)
         if target is aten.isnan.default:
             x = self.operand(args[0], compute_dtype(_val(args[0]).dtype), level)
             return self.emit("isnan", (x,), torch.bool, level)
@@ -694,11 +705,16 @@ def _hint_one(e) -> bool:
     return isinstance(e, int) and e == 1 or getattr(e, "is_Integer", False) and int(e) == 1
 
 
+def _on_cpu(node: Node) -> bool:
+    """Whether ``node`` computes on CPU tensors (where eager's kernels differ by device)."""
+    return torch.device(node.meta.get("device", "cpu")).type == "cpu"
+
+
 def _number_in(a: Any, dtype: torch.dtype) -> Any:
     """A Python number compared with or selected into fp16/bf16 values, as eager has it: in that
     dtype (``x >= 0.1`` holds for ``x = half(0.1)``; ``where(m, x, 0.1)`` holds ``half(0.1)``,
-    and stays so where the kernel reads it in fp32). Eager's CPU add, sub and remainder round a
-    number too, but mul and div do not; those results are rounded only on store anyway."""
+    and stays so where the kernel reads it in fp32); and added or subtracted on CPU tensors,
+    where eager's add and sub round it too (its mul and div do not)."""
     if type(a) in (int, float) and dtype in (torch.float16, torch.bfloat16):
         return torch.tensor(a, dtype=dtype).item()
     return a

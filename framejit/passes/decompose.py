@@ -443,6 +443,10 @@ def _mean(b, input, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         if not isinstance(dtype, torch.dtype):
             return None
+        if dtype in (torch.float16, torch.bfloat16) and _on_cpu(b):
+            # eager's CPU mean sums in fp32 and rounds the mean once (its CUDA kernel converts
+            # each element to the dtype first, as for every other dtype)
+            dtype = torch.float32
         input = b.convert(input, dtype, rounds=True)
     x = b.upcast(input)
     return b.finish_reduction(b.mean(x, dims), dims, keepdim)

@@ -118,6 +118,42 @@ def test_an_fp16_value_read_inside_a_kernel_is_held_in_its_dtype(form, dtype, re
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", ["add", "sub", "rsub", "add_0dim", "add_alpha", "sub_alpha",
+                                  "rsub_alpha", "mul", "div", "sqrt_pow", "rsqrt_pow"])
+@pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
+def test_numbers_in_16_bit_arithmetic_are_taken_as_eager_s_kernels_take_them(form, dtype,
+                                                                            reference, device):
+    # Eager's CPU add and sub convert a number (and alpha=) to the fp16/bf16 result's dtype
+    # before adding in fp32; its mul and div take it as given. x + 0.2123 was a unit of the last
+    # place off in a sixth of the values, torch.add(x, y, alpha=s) in a tenth. Eager's fp16
+    # power is std::pow: pow(-0, 0.5) is +0 and pow(-inf, 0.5) is +inf.
+    s = 0.2123456789
+    fns = {
+        "add": lambda x, y: x + s,
+        "sub": lambda x, y: (x - s).exp(),
+        "rsub": lambda x, y: s - x,
+        "add_0dim": lambda x, y: x + torch.tensor(s, device=x.device),
+        "add_alpha": lambda x, y: torch.add(x, y, alpha=s),
+        "sub_alpha": lambda x, y: torch.sub(x, y, alpha=3) * 2,
+        "rsub_alpha": lambda x, y: torch.rsub(y, 2.3, alpha=0.77),
+        "mul": lambda x, y: x * s + y,
+        "div": lambda x, y: x / s - y,
+        "sqrt_pow": lambda x, y: (x * 1) ** 0.5,
+        "rsqrt_pow": lambda x, y: (x * 1) ** -0.5,
+    }
+    torch.manual_seed(0)
+    x, y = (torch.randn(4, 256, device=device) * 3).to(dtype), torch.randn(256, device=device).to(dtype)
+    x[0, :4] = torch.tensor([-0.0, float("-inf"), float("inf"), 0.0])
+    fn = fns[form]
+    got, backend = run_kernels(fn, x, y, reference=reference)
+    assert len(backend.kernels) == 1, [str(k.kernel) for k in backend.kernels]
+    torch.testing.assert_close(got, fn(x, y), rtol=0, atol=0, equal_nan=True)
+    if "pow" in form:  # the zeros' signs (a NaN's sign means nothing)
+        want = fn(x, y)
+        assert torch.equal(got.signbit() & ~got.isnan(), want.signbit() & ~want.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_values_the_dtype_holds_exactly_are_not_rounded_again(dtype, device):
     # A rotary embedding: x * cos and cat([-x2, x1]) * sin are rounded as eager rounds them;
     # -x2 and the cat of loaded values are already values of the dtype (rounding them again

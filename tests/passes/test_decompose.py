@@ -2,6 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import framejit
 from framejit.passes import decompose, normalize
 from framejit.passes.vocabulary import EMITTED_SUPPORT, VOCABULARY
 from framejit.testing import assert_close_to_eager
@@ -339,6 +340,20 @@ def test_mean_with_dtype(rewrite):
         decompose, lambda x: x.mean(-1, dtype=torch.float32), make((3, 4), torch.float16)
     )
     assert compute_targets(result) == [aten.sum.dim_IntList, aten.div.Tensor, aten.squeeze.dims]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.int32])
+def test_a_16_bit_mean_of_a_wider_input_rounds_once_as_eager_s_cpu_mean(rewrite, dtype, source):
+    # eager's CPU mean(dtype=fp16/bf16) sums the values in fp32 and rounds the mean, not each
+    # value: [2049, 1] in int32 has the fp16 mean 1025 (2049 alone rounds to 2048)
+    torch.manual_seed(0)
+    x = (torch.randn(16, 64) * 1000).to(source)
+    x[0, :2] = torch.tensor([2049, 1])
+    fn = lambda x: (x.mean(-1, dtype=dtype), x[0, :2].mean(dtype=dtype))  # noqa: E731
+    rewrite(decompose, fn, x)
+    got, want = framejit.compile(fn, backend="c")(x), fn(x)
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
 
 
 @pytest.mark.filterwarnings("ignore:var... degrees of freedom:UserWarning")
