@@ -11,6 +11,7 @@ meanwhile (a timeout, say): that propagates out of the call unchanged (:class:`_
 from __future__ import annotations
 
 import _signal
+import contextlib
 import logging
 import os
 import signal
@@ -22,10 +23,13 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 
+import torch
+
 from .. import _C, record
 from ..errors import BackendError, ConstraintViolation, GraphBreakError, InternalError, Unsupported
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .codecheck import check_code
+from .guards import active_modes
 from .interpreter import BreakHere, RealCell, Translator, decode
 from .ops.blocks import UserContextExit
 from .output import OutputGraph, make_trampoline
@@ -326,6 +330,14 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
             _touched.add(code)
         return None
     _touched.add(code)
+    modes = active_modes()
+    if modes is not None:
+        # This call runs as plain Python, inside the mode; calls outside it compile as usual.
+        record.emit(record.Fallback(
+            function=where(code), code=code, dump_dir=ctx.options.dump_dir,
+            message=f"{modes} is active: the function runs as plain Python inside it, so that "
+                    f"the mode sees every torch call (call it outside the mode to compile it)"))
+        return None
     watch.start()
     record.emit(record.FrameOffered(function=where(code), code=code))
     entries = _C.get_cache_entries(code)
@@ -355,7 +367,7 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
         record.emit(record.Recompile(function=where(code), code=code, reason=reason,
                                      versions=len(mine), dump_dir=ctx.options.dump_dir))
     try:
-        with record.capturing() as children:
+        with record.capturing() as children, _without_saved_tensors_hooks():
             info = capture_frame(ctx, code, func, f_locals, watch)
     except Unsupported as e:
         if watch.raised is not None:
@@ -384,6 +396,23 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
     ctx.entry_codes.add(code)
     _emit_captured(ctx, code, info, len(mine), children)
     return info.trampoline
+
+
+@contextlib.contextmanager
+def _without_saved_tensors_hooks():
+    """The user's saved-tensor hooks (``torch.autograd.graph.saved_tensors_hooks``, a
+    non-reentrant checkpoint's) set aside while capture runs example ops: they would see meta
+    tensors, and a checkpoint counts what its hooks saw."""
+    autograd = torch._C._autograd
+    held = []
+    while (top := autograd._top_saved_tensors_default_hooks(True)) is not None:
+        autograd._pop_saved_tensors_default_hooks()
+        held.append(top)
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(held):
+            autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
 def _emit_captured(ctx, code, info: CacheEntryInfo, version: int, children: list) -> None:

@@ -39,6 +39,24 @@ def _autocast_detail() -> tuple:
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
 
 
+def active_modes() -> str | None:
+    """The innermost user TorchFunctionMode or TorchDispatchMode active now (``with
+    FlopCounterMode():``, ``with torch.device("meta"):``), named, or None. Graphs are captured and
+    run outside them only: a mode sees (and may change) every torch call, which a graph's
+    fused kernels never make."""
+    if torch._C._len_torch_function_stack():
+        from torch.overrides import _get_current_function_mode_stack
+
+        stack = _get_current_function_mode_stack()
+        return f"the TorchFunctionMode {type(stack[-1]).__name__}" if stack else "a TorchFunctionMode"
+    if torch._C._len_torch_dispatch_stack():
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        stack = _get_current_dispatch_mode_stack()
+        return f"the TorchDispatchMode {type(stack[-1]).__name__}" if stack else "a TorchDispatchMode"
+    return None
+
+
 def _global_state() -> tuple:
     """The global torch state a captured graph depends on. Autocast details are read only when
     some autocast is on, so the common case costs one call."""
@@ -504,7 +522,9 @@ class GuardSet:
         lines.append(
             f"if {names(torch.is_grad_enabled)}() is not {grad}"
             f" or {names(torch.get_default_dtype)}() is not {names(dtype)}"
-            f" or {names(any_autocast_enabled)}() is not {any_autocast}: return False"
+            f" or {names(any_autocast_enabled)}() is not {any_autocast}"
+            f" or {names(torch._C._len_torch_function_stack)}()"
+            f" or {names(torch._C._len_torch_dispatch_stack)}(): return False"
         )
         if any_autocast:
             lines.append(f"if {names(_autocast_detail)}() != {names(autocast)}: return False")
@@ -609,6 +629,9 @@ class GuardSet:
             for name, old, new in zip(_GLOBAL_STATE_NAMES, self.global_state, now):
                 if old != new:
                     return f"{name}: {old} → {new}"
+        modes = active_modes()
+        if modes is not None:
+            return f"{modes} is active (graphs run outside torch function and dispatch modes)"
         if self.check_global_hooks and any(_global_hook_tables()):
             return "a global module hook is registered now (register_module_forward_hook ...)"
         names = ConstNames("___g")

@@ -1084,3 +1084,91 @@ def test_a_library_number_s_value_is_guarded(kind):
     for v in (1, 2, 0, 2):
         m = make(v)
         torch.testing.assert_close(compiled(x, m), f(x, m))
+
+
+# -- user hooks and modes around a compiled call ---------------------------------------------------
+
+@pytest.fixture
+def cold_meta_memo(monkeypatch):
+    """Every example op runs its meta kernel (no memo, as on a first run)."""
+    from framejit.fx_ir import examples
+
+    monkeypatch.setattr(examples._disk, "enabled", False)
+    framejit.reset()
+
+
+def test_saved_tensor_hooks_see_only_the_real_tensors(cold_meta_memo):
+    # Capture's example ops ran under the caller's saved_tensors_hooks: the pack hook saw meta
+    # tensors, and a non-reentrant checkpoint counted them (CheckpointError in backward).
+    import torch.utils.checkpoint as checkpoint
+
+    def block(x, w):
+        return torch.tanh(x @ w) @ w.t()
+
+    def f(x, w):
+        return torch.sigmoid(x.t() @ x * w).sum() + checkpoint.checkpoint(
+            block, x, w, use_reentrant=False).sum()
+
+    def run(fn):
+        torch.manual_seed(0)
+        x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+        seen = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t.device.type) or t,
+                                                      lambda t: t):
+            out = fn(x, w)
+        out.backward()
+        return out, w.grad, seen
+
+    compiled = framejit.compile(f)
+    want, got = run(f), run(compiled)
+    torch.testing.assert_close(got[:2], want[:2])
+    assert got[2] == want[2] and set(got[2]) == {"cpu"}
+
+
+class _DoubleRelu(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        return result * 2 if getattr(func, "__name__", "") == "relu" else result
+
+
+def test_a_torch_function_mode_sees_every_call_of_a_compiled_function(stats):
+    # A mode around the call saw nothing of a fused kernel (relu doubled in eager, not
+    # compiled). Under a mode the function runs as plain Python; outside it, compiled.
+    def f(x):
+        return torch.relu(x - 1).sum() * 2
+
+    x = torch.arange(4.0)
+    for backend in ("default", "eager"):
+        framejit.reset()
+        compiled = framejit.compile(f, backend=backend)
+        assert compiled(x).item() == f(x).item() == 6
+        with _DoubleRelu():
+            assert compiled(x).item() == f(x).item() == 12
+            assert compiled(x).item() == 12
+        assert compiled(x).item() == 6
+    assert any("TorchFunctionMode _DoubleRelu is active" in r[1] for r in stats.fallback_reasons)
+
+
+def test_a_torch_dispatch_mode_sees_the_real_calls_only(cold_meta_memo):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def f(x, w):
+        return torch.softmax(x @ w, -1).sum()
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    compiled = framejit.compile(f)
+    with Log() as eager_log:
+        want = f(x, w)
+    with Log() as compiled_log:  # capture under the mode would add meta and empty_strided calls
+        got = compiled(x, w)
+    torch.testing.assert_close(got, want)
+    assert compiled_log.calls == eager_log.calls
