@@ -53,7 +53,7 @@ def compile(fn_or_module=None, *, backend="default", fullgraph: bool = False, dy
     opts = make_options(fullgraph=fullgraph, dynamic=dynamic, overrides=options)
     compile_graph = make_compiler(backend)  # an unknown backend name fails here
     if isinstance(fn_or_module, torch.nn.Module):
-        return CompiledModule(fn_or_module, compile_graph, opts)
+        return CompiledModule(fn_or_module, compile_graph, opts, backend)
     if not callable(fn_or_module):
         raise TypeError(f"framejit.compile expects a function or an nn.Module, got {type(fn_or_module).__name__}")
     return _compile_function(fn_or_module, compile_graph, opts)
@@ -72,7 +72,9 @@ def recompile_fresh(fn_or_module, backend=None):
     compile_graph = ctx.compile_graph if backend is None else make_compiler(backend)
     options = dataclasses.replace(ctx.options, dump_dir=None)  # the report is explain's output
     if isinstance(original, torch.nn.Module):
-        return CompiledModule(original, compile_graph, options)
+        spec = object.__getattribute__(fn_or_module, "_framejit_backend") if backend is None \
+            else backend
+        return CompiledModule(original, compile_graph, options, spec)
     return _compile_function(original, compile_graph, options)
 
 
@@ -99,10 +101,11 @@ class CompiledModule(torch.nn.Module):
     """What ``framejit.compile(module)`` returns: calls run the module with capture on; everything
     else (parameters(), state_dict(), train()/eval(), attributes) is the original module's."""
 
-    def __init__(self, module: torch.nn.Module, compile_graph, options):
+    def __init__(self, module: torch.nn.Module, compile_graph, options, backend=None):
         # No nn.Module.__init__: every module attribute resolves to the original through
         # __getattr__, so state, parameters and flags are shared, never copied.
         ctx = cf.CompileContext(options, compile_graph, type(module).__qualname__)
+        object.__setattr__(self, "_framejit_backend", backend)  # what compile() was given
         callback = cf.make_callback(ctx)
         forward = module.forward
         code = _code_of(forward)
@@ -143,6 +146,33 @@ class CompiledModule(torch.nn.Module):
 
     def __repr__(self):
         return f"framejit.compile({self._orig_mod!r})"
+
+    # Copies and pickles: the module copied (or pickled), compiled again with the same backend
+    # and options, in a context of its own (compiled versions are never shared or saved).
+    def __copy__(self):
+        ctx = object.__getattribute__(self, "_framejit_context")
+        return CompiledModule(self._orig_mod, ctx.compile_graph, ctx.options,
+                              object.__getattribute__(self, "_framejit_backend"))
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        ctx = object.__getattribute__(self, "_framejit_context")
+        return CompiledModule(copy.deepcopy(self._orig_mod, memo), ctx.compile_graph, ctx.options,
+                              object.__getattribute__(self, "_framejit_backend"))
+
+    def __reduce_ex__(self, protocol):
+        ctx = object.__getattribute__(self, "_framejit_context")
+        backend = object.__getattribute__(self, "_framejit_backend")
+        if backend is None:
+            raise TypeError("this framejit.compile(module) was made without a backend to compile "
+                            "with again; pickle its module (or its state_dict()) instead")
+        return (_compiled_again, (self._orig_mod, backend, ctx.options))
+
+
+def _compiled_again(module: torch.nn.Module, backend, options) -> CompiledModule:
+    """An unpickled ``framejit.compile(module)``: compiled anew with the same backend and options."""
+    return CompiledModule(module, make_compiler(backend), options, backend)
 
 
 def mark_dynamic(t: torch.Tensor, dim: int, min: int | None = None, max: int | None = None) -> None:

@@ -359,3 +359,33 @@ def test_stats_counts_since_reset():
     assert s["capture_seconds"] > 0
     framejit.reset()
     assert framejit.stats()["graphs"] == 0
+
+
+def test_a_compiled_module_copies_and_pickles_as_a_compiled_module():
+    # copy.deepcopy raised TypeError (the C wrapper cannot be pickled). A copy is the module
+    # copied, compiled again with the same backend and options.
+    import copy
+    import io
+    import pickle
+
+    model = framejit.compile(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()),
+                             backend="eager", options={"recompile_limit": 3})
+    x = torch.randn(2, 3)
+    want = model(x)
+    shallow, deep = copy.copy(model), copy.deepcopy(model)
+    unpickled = pickle.loads(pickle.dumps(model))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    for other in (shallow, deep, unpickled, loaded):
+        assert isinstance(other, framejit.api.CompiledModule)
+        assert torch.equal(other(x), want)
+        ctx = object.__getattribute__(other, "_framejit_context")
+        assert ctx is not object.__getattribute__(model, "_framejit_context")
+        assert ctx.options.recompile_limit == 3
+    assert shallow._orig_mod is model._orig_mod
+    assert deep[0].weight is not model[0].weight and torch.equal(deep[0].weight, model[0].weight)
+    with torch.no_grad():
+        deep[0].weight.zero_()
+    assert not torch.equal(deep(x), model(x))  # the copy's own parameters
