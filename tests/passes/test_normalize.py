@@ -99,6 +99,11 @@ def test_binary_and_friends(rewrite, case, layout, dtype):
     x = make((4, 6), dtype, layout)
     y = make((6,), dtype)  # broadcasts against x
     result = rewrite(normalize, fn, x, y)
+    if dtype in (torch.float16, torch.bfloat16) and expected[0] is aten.mul.Tensor \
+            and len(expected) == 2:
+        # an alpha: eager computes x + alpha * y in fp32 and rounds once
+        convert = torch.ops.prims.convert_element_type.default
+        expected = [convert, aten.mul.Tensor, convert, expected[1], convert]
     assert result.targets() == expected
 
 
