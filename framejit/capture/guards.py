@@ -402,6 +402,9 @@ class TensorGuard(Guard):
         self.shape = tuple(t.shape)
         self.stride = tuple(t.stride())
         self.requires_grad = t.requires_grad
+        #: torch's negative bit (``torch._neg_view``, the imaginary part of a conjugate): a
+        #: kernel reads memory, so a graph captured for one state must not run the other.
+        self.negative = t.is_neg()
         #: The tensor itself until the guard function is built (see _batched_tensor_check).
         self.example = t
 
@@ -410,7 +413,8 @@ class TensorGuard(Guard):
             f"if type({v}) is not {names(self.typ)} or {v}.dtype is not {names(self.dtype)}"
             f" or {v}.shape != {self.shape!r} or {v}.stride() != {self.stride!r}"
             f" or {v}.requires_grad is not {self.requires_grad!r}"
-            f" or {v}.device != {names(self.device)}: return False"
+            f" or {v}.device != {names(self.device)} or {v}.is_neg() is not {self.negative!r}:"
+            " return False"
         ]
 
     def kind_reason(self, value):
@@ -422,6 +426,8 @@ class TensorGuard(Guard):
             return f"{n}.dtype: {self.dtype} → {value.dtype}"
         if value.device != self.device:
             return f"{n}.device: {self.device} → {value.device}"
+        if value.is_neg() is not self.negative:
+            return f"{n}.is_neg(): {self.negative} → {value.is_neg()} (a negative view)"
         return None
 
     def reason(self, value):
@@ -455,7 +461,8 @@ class DynamicTensorGuard(TensorGuard):
         return [
             f"if type({v}) is not {names(self.typ)} or {v}.dtype is not {names(self.dtype)}"
             f" or {v}.requires_grad is not {self.requires_grad!r}"
-            f" or {v}.device != {names(self.device)} or not {v}.is_contiguous(): return False",
+            f" or {v}.device != {names(self.device)} or not {v}.is_contiguous()"
+            f" or {v}.is_neg() is not {self.negative!r}: return False",
             f"___t = {v}.shape",
             f"if len(___t) != {len(self.shape)}{static}: return False",
         ]
@@ -475,6 +482,8 @@ class DynamicTensorGuard(TensorGuard):
             return f"{n} is no longer contiguous (its sizes are dynamic, its strides must follow them)"
         if value.requires_grad is not self.requires_grad:
             return f"{n}.requires_grad: {self.requires_grad} → {value.requires_grad}"
+        if value.is_neg() is not self.negative:
+            return f"{n}.is_neg(): {self.negative} → {value.is_neg()} (a negative view)"
         return None
 
 
@@ -593,7 +602,7 @@ class GuardSet:
         examples = [g.example for g in unique]
         for g in guards:
             g.example = None
-        if not complete or len(unique) < 2 or _TensorGuards is None:
+        if not complete or not unique or _TensorGuards is None:
             return self._tensor_check
         try:
             # It records requires_grad as grad mode leaves it: under the grad mode the calls

@@ -160,6 +160,13 @@ class OutputGraph:
     def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:
         from .guards import DynamicTensorGuard, TensorGuard
 
+        if type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter:
+            # A subclass's methods and __torch_function__ decide what each torch call on it does
+            # and returns; a graph of torch's own ops (and fused kernels) would not.
+            raise Unsupported(f"the tensor {source.name()} of the subclass {type(tensor).__qualname__} "
+                              "(its methods and __torch_function__ may change what torch calls do)",
+                              "pass a plain tensor (x.as_subclass(torch.Tensor)), or compile the "
+                              "code that runs on plain tensors")
         name = _identifier(source.name())
         anchor = self._first_non_placeholder()
         if anchor is not None:
@@ -180,6 +187,7 @@ class OutputGraph:
         node.meta["type"] = type(tensor)
         node.meta["source"] = source.name()
         node.meta["is_leaf"] = tensor.is_leaf
+        node.meta["negative"] = tensor.is_neg()  # (meta values carry no negative bit)
         self.inputs.append((source, tensor, node))
         self._real_inputs[node] = tensor
         return TensorValue(node, source)

@@ -58,8 +58,44 @@ def _pointwise(*targets: Any):
 def normalize(graph: Graph) -> bool:
     """Rewrite torch-level pointwise ops, reductions and conversions into the vocabulary, and
     splits into ``split_with_sizes``; returns whether anything changed."""
-    changed = apply_rules(graph, RULES)
+    changed = _resolve_negative_views(graph)
+    changed = apply_rules(graph, RULES) or changed
     return _splits_with_sizes(graph) or changed
+
+
+_IMAG = (torch.imag, "imag", aten.imag.default)
+
+
+def _resolve_negative_views(graph: Graph) -> bool:
+    """The imaginary part of a complex tensor, and an input with torch's negative bit, read
+    through ``resolve_neg()``: of a conjugate (``z.conj().imag``, ``z.imag`` of a conjugated
+    input) it is a view that reads negated (so is ``torch._neg_view(x)``), and a kernel reads
+    the memory itself (the bit exists at run time only: meta values do not carry
+    it). ``resolve_neg()`` returns the tensor itself where the bit is not set. A use by the
+    graph's output keeps the view, as in eager."""
+    changed = False
+    for node in list(graph.nodes):
+        if node.op == "placeholder":
+            if not node.meta.get("negative"):
+                continue  # an input with the bit (its guard requires it)
+        elif node.op not in ("call_function", "call_method") or not node.args:
+            continue
+        else:
+            imag = node.target in _IMAG if node.target != getattr else node.args[1:] == ("imag",)
+            base = val(node.args[0]) if isinstance(node.args[0], Node) else None
+            if not imag or not isinstance(base, torch.Tensor) or not base.is_complex():
+                continue
+        users = [u for u in node.users if u.op != "output"
+                 and not (u.op == "call_method" and u.target == "resolve_neg")]
+        if not users:
+            continue
+        with graph.inserting_after(node):
+            resolved = graph.call_method("resolve_neg", (node,), name=f"{node.name}_resolved")
+        resolved.meta = dict(node.meta)
+        for user in users:
+            user.replace_input_with(node, resolved)
+        changed = True
+    return changed
 
 
 def _splits_with_sizes(graph: Graph) -> bool:

@@ -273,7 +273,26 @@ def test_failure_reason_from_the_guard_set():
     assert info.guards.failure_reason({"x": 1.0}) == "type(x): Tensor → float"
     assert guard_fn(torch.randn(4, 3)) is True
     assert guard_fn(torch.randn(4, 2)) is False
+    # a negative view reads negated: a kernel of the graph would read its memory
+    assert guard_fn(torch._neg_view(torch.randn(4, 3))) is False
+    assert info.guards.failure_reason({"x": torch._neg_view(torch.randn(4, 3))}) == \
+        "x.is_neg(): False → True (a negative view)"
+
+
+def test_the_python_line_of_a_tensor_guard_checks_what_the_one_call_check_does(monkeypatch):
+    # Without torch's C++ TensorGuards each tensor's guard is a Python line.
+    from framejit.capture import guards
+
+    monkeypatch.setattr(guards, "_TensorGuards", None)
+    framejit.reset()
+    compiled = framejit.compile(double)
+    compiled(torch.randn(4, 3))
+    ((guard_fn, _, _, info),) = _C.get_cache_entries(double.__code__)
     assert "x.shape != (4, 3)" in info.guard_fn.__framejit_source__
+    assert guard_fn(torch.randn(4, 3)) is True
+    for other in (torch.randn(4, 2), torch.randn(3, 4).t(), torch._neg_view(torch.randn(4, 3)),
+                  torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, requires_grad=True)):
+        assert guard_fn(other) is False
 
 
 # -- devices ----------------------------------------------------------------------------------------

@@ -1172,3 +1172,53 @@ def test_a_torch_dispatch_mode_sees_the_real_calls_only(cold_meta_memo):
         got = compiled(x, w)
     torch.testing.assert_close(got, want)
     assert compiled_log.calls == eager_log.calls
+
+
+# -- tensor kinds the example values do not show ----------------------------------------------------
+
+class _Tagged(torch.Tensor):
+    pass
+
+
+class _Doubling(torch.Tensor):
+    def exp(self):
+        return self.as_subclass(torch.Tensor) + 100
+
+
+@pytest.mark.parametrize("backend", ["default", "eager"])
+def test_a_tensor_subclass_input_keeps_its_type_and_methods(backend, stats):
+    # The default backend returned a plain Tensor for a subclass input and called torch's
+    # exp where the subclass defines its own. Such a frame runs as plain Python.
+    def f(x):
+        return x.exp() * 2 + 1
+
+    for cls in (_Tagged, _Doubling):
+        x = torch.arange(3.0).as_subclass(cls)
+        got, want = framejit.compile(f, backend=backend)(x), f(x)
+        assert type(got) is type(want) and torch.equal(got.as_subclass(torch.Tensor),
+                                                       want.as_subclass(torch.Tensor))
+    assert any("of the subclass _Tagged" in r[1] for r in stats.fallback_reasons)
+
+
+@pytest.mark.parametrize("backend", ["default", "eager"])
+def test_negative_views_read_negated(backend):
+    # torch's negative bit (the imaginary part of a conjugate, _neg_view) exists at run time
+    # only: a kernel read the memory and dropped the sign.
+    z = torch.tensor([1 + 1j, 2 - 3j, -0.5 + 4j], dtype=torch.complex64)
+
+    def f(z):
+        return z.conj().imag * 2, torch.imag(z) + 1, z.conj().imag.sum()
+
+    compiled = framejit.compile(f, backend=backend)
+    for t in (z, z.conj()):  # a conjugated input: its imag is negative too
+        for g, w in zip(compiled(t), f(t)):
+            assert torch.equal(g, w)
+
+    def h(x, w):
+        return (x * 2 + w).sum(0), x * 3
+
+    compiled = framejit.compile(h, backend=backend)
+    x = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    for a, b in ((x, x), (torch._neg_view(x), x), (x, torch._neg_view(x)), (x, x)):
+        for g, w in zip(compiled(a, b), h(a, b)):
+            assert torch.equal(g, w)
