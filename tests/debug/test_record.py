@@ -23,7 +23,7 @@ def test_events_of_one_compile_and_nothing_on_cache_hits():
     assert captured.ops == 3 and captured.graph is events[1].graph
     assert captured.children == [events[1]]  # the graph compile happened inside this capture
     assert [e.seq for e in events] == sorted(e.seq for e in events)
-    assert "x.shape != (3,)" in captured.guard_source
+    assert captured.guard_source.startswith("def ___guard_") and "(x): return False" in captured.guard_source
     # Calls that hit the cache write nothing.
     after = record.mark()
     for _ in range(5):
