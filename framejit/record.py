@@ -19,9 +19,11 @@ while the counters in :data:`stats` count everything since the last :func:`reset
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -324,12 +326,46 @@ _lock = threading.Lock()
 _open = threading.local()  # .frames: the collectors of the frames being captured on this thread
 
 
+#: The fields of events that refer to what a compile made or read (code objects, graphs, what
+#: the backend returned, the cache entry): the log holds them weakly.
+_HEAVY_FIELDS = ("code", "graph", "compiled", "rewritten", "renderer")
+
+
+def _as_logged(event: Event) -> Event:
+    """``event`` as the log keeps it: its heavy fields weak proxies (a compiled model deleted by
+    the user is freed, as in eager, instead of living on in the newest :data:`MAX_EVENTS`
+    events with its parameters; a proxy of one that died raises ReferenceError), and its
+    children (a capture's events) the logged ones. Readers get the event itself."""
+    changes = {}
+    for name in _HEAVY_FIELDS:
+        value = getattr(event, name, None)
+        if value is not None and not isinstance(value, weakref.ProxyTypes):
+            try:
+                changes[name] = weakref.proxy(value)
+            except TypeError:  # not weakly referenceable: kept as it is
+                pass
+    children = getattr(event, "children", None)
+    if children:
+        changes["children"] = [_logged.get(id(c), c) for c in children]
+    if not changes:
+        return event
+    logged = dataclasses.replace(event, **changes)
+    logged.seq, logged.time = event.seq, event.time
+    return logged
+
+
+#: id(event) -> its logged form, for the children of a FrameCaptured (emitted before it)
+_logged: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 def emit(event: Event) -> Event:
     """Append ``event`` to the record, count it, and hand it to every reader."""
     with _lock:
         event.seq = next(_seq)
         event.time = time.time()
-        _events.append(event)
+        logged = _as_logged(event)
+        _logged[id(event)] = logged
+        _events.append(logged)
         _count(event)
     collectors = getattr(_open, "frames", None)
     if collectors and not isinstance(event, FrameCaptured):

@@ -130,3 +130,23 @@ def test_recompile_limit_of_a_dropped_wrapper_is_forgotten():
     again = framejit.compile(f)
     again(torch.ones(3))
     assert _entries(f.__code__) == 1
+
+
+def test_a_dropped_compiled_model_and_its_parameters_are_freed():
+    # framejit.record's log of recent events held the graphs, compiled functions and cache
+    # entries it describes: a deleted model lived on, with its parameters, for 512 events.
+    import weakref
+
+    x = torch.randn(2, 16)
+    alive = []
+    for backend in ("default", "eager"):
+        for _ in range(3):
+            model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+            compiled = framejit.compile(model, backend=backend)
+            compiled(x)
+            alive.append(weakref.ref(model[0].weight))
+            del model, compiled
+    gc.collect()
+    assert [r() for r in alive] == [None] * len(alive)
+    # the log still tells what happened
+    assert any(e.kind == "frame_captured" for e in record.events_since(0))
