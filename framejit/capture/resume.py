@@ -184,8 +184,10 @@ def _iters(markers: list[str], below: int) -> tuple:
 # -- resume functions -----------------------------------------------------------------------------
 
 _resume_cache: weakref.WeakKeyDictionary[types.CodeType, dict] = weakref.WeakKeyDictionary()
-#: resume code -> (original code, index shift): a resume's body is the original code behind a
-#: fixed prefix, so its instruction ``i`` is the original's ``i + shift``.
+#: resume code -> (a weak reference to the original code, index shift): a resume's body is the
+#: original code behind a fixed prefix, so its instruction ``i`` is the original's ``i + shift``.
+#: (Held strongly, the original kept itself alive through its resume in _resume_cache: the
+#: code of a function made at run time never died.)
 _origin: weakref.WeakKeyDictionary[types.CodeType, tuple] = weakref.WeakKeyDictionary()
 
 
@@ -193,10 +195,10 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
     """The original code and instruction index behind ``code``'s instruction ``index``; resumes
     of resumes are made from the original code, so a break in a loop reuses one code object."""
     found = _origin.get(code)
-    if found is None:
+    original = found[0]() if found is not None else None
+    if original is None:
         return code, index
-    original, shift = found
-    return original, index + shift
+    return original, index + found[1]
 
 
 def stack_param(k: int) -> str:
@@ -283,7 +285,7 @@ def resume_code(code: types.CodeType, target: int, depth: int, live: tuple[str, 
     new = to_code(bc, stacksize=max(code.co_stacksize, depth), compute_exception_stack_depths=False)
     check_code(new)
     per_code[key] = new
-    _origin[new] = (code, skipped - new_prefix)
+    _origin[new] = (weakref.ref(code), skipped - new_prefix)
     return new
 
 

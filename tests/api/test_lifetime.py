@@ -150,3 +150,23 @@ def test_a_dropped_compiled_model_and_its_parameters_are_freed():
     assert [r() for r in alive] == [None] * len(alive)
     # the log still tells what happened
     assert any(e.kind == "frame_captured" for e in record.events_since(0))
+
+
+def test_the_code_of_a_dropped_function_with_a_graph_break_is_freed():
+    # resume.py's map from a resume function to its original held the original strongly, and
+    # the original held the resume (a cycle through two weak-key tables): the code of every
+    # function made at run time (exec, notebook cells) that had a graph break stayed forever.
+    import weakref
+
+    codes = []
+    for k in range(3):
+        namespace: dict = {}
+        exec(f"def fn(x):\n    y = x * {k}\n    print(end='')\n    return y + 1\n", namespace)
+        fn = namespace["fn"]
+        compiled = framejit.compile(fn)
+        torch.testing.assert_close(compiled(torch.ones(2)), fn(torch.ones(2)))
+        assert _resume_codes(fn)
+        codes.append(weakref.ref(fn.__code__))
+        del namespace, fn, compiled
+    gc.collect()
+    assert [c() for c in codes] == [None] * 3
