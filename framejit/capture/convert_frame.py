@@ -607,7 +607,7 @@ def _split_frame(ctx, code, func, tx, label):
 
 
 def _check_loops_hand_over(tx) -> None:
-    """A loop over a list or dict crosses the break as a list of the items it has left. That is
+    """A loop over a list, dict or set crosses the break as a list of the items it has left. That is
     only right if nothing can change the list later: refuse when the list is also reachable from
     outside the frame or from a variable (``for t in lst: print(t); lst.pop()``)."""
     from .values.iterators import live_containers

@@ -1222,3 +1222,38 @@ def test_negative_views_read_negated(backend):
     for a, b in ((x, x), (torch._neg_view(x), x), (x, torch._neg_view(x)), (x, x)):
         for g, w in zip(compiled(a, b), h(a, b)):
             assert torch.equal(g, w)
+
+
+def _set_grows(x, brk):
+    s = {1, 2}
+    for k in s:
+        if brk:
+            print(k, end="")
+        s.add(k + 10)
+    return x + len(s)
+
+
+def _set_read(x, brk):
+    s = {3, 1, 2}
+    total = x
+    for k in s:
+        if brk:
+            print(k, end="")
+        total = total * k + 1
+    return total, sorted(s)
+
+
+@pytest.mark.parametrize("brk", [False, True])
+def test_a_set_that_changes_size_while_iterated_raises_as_in_eager(brk, capsys):
+    # The loop went on over a snapshot of the set: no RuntimeError.
+    compiled = framejit.compile(_set_grows)
+    for fn in (_set_grows, compiled):
+        with pytest.raises(RuntimeError, match="Set changed size during iteration"):
+            fn(torch.ones(1), brk)
+    eager_out = capsys.readouterr().out
+    compiled_reader = framejit.compile(_set_read)
+    got, want = compiled_reader(torch.ones(1), brk), _set_read(torch.ones(1), brk)
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]
+    out = capsys.readouterr().out
+    assert out[:len(out) // 2] == out[len(out) // 2:]  # the same items, in the same order
+    assert eager_out[:len(eager_out) // 2] == eager_out[len(eager_out) // 2:]

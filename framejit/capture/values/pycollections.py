@@ -10,8 +10,9 @@ import operator
 from ...errors import Unsupported
 from .base import BoundMethod, Value
 from .constants import NONE, const
-from .containers import DictValue, ItemsProtocol, IteratorValue, TupleValue
-from .iterators import as_iterator
+from .containers import DictValue, ItemsProtocol, TupleValue
+from .exceptions import raise_python
+from .iterators import LazyIteratorValue, as_iterator
 from .objects import ClassValue
 from .pyops import equals, identity
 from .tensor import TensorValue
@@ -56,6 +57,38 @@ def _identity_member(tx, v: Value, what: str):
     return obj
 
 
+class SetIterator(LazyIteratorValue):
+    """Iterating a set: its items in the set's order; a change of the set's size while
+    iterating raises RuntimeError, as in Python (the loop went on over a snapshot)."""
+
+    __slots__ = ("set_value", "snapshot", "size", "index")
+    kind = "set_iterator"
+
+    def __init__(self, set_value: SetValue):
+        super().__init__()
+        self.set_value = set_value
+        self.snapshot = list(set_value.real)
+        self.size = len(self.snapshot)
+        self.index = 0
+
+    def python_type(self):
+        return type(iter(set()))
+
+    def _next(self):
+        if len(self.set_value.real) != self.size:
+            self.exhausted = True  # Python's iterator gives up for good, too
+            raise_python(RuntimeError, "Set changed size during iteration")
+        if self.index >= self.size:
+            return None
+        self.index += 1
+        return self.set_value.item_value(self.snapshot[self.index - 1])
+
+    def peek(self):
+        if len(self.set_value.real) != self.size:
+            return None
+        return [self.set_value.item_value(x) for x in self.snapshot[self.index:]]
+
+
 class SetValue(Value):
     """A ``set`` created in the frame, holding constants: ``real`` is a Python set that sees the
     same operations in the same order as the eager one, so it iterates in the same order."""
@@ -93,10 +126,13 @@ class SetValue(Value):
         return set(self.real)
 
     def make_iterator(self, tx):
-        return IteratorValue(self.iterate(tx))  # over a snapshot of the items
+        return SetIterator(self)
+
+    def item_value(self, x) -> Value:
+        return self.values.get(id(x)) or const(x)
 
     def iterate(self, tx):
-        return [self.values.get(id(x)) or const(x) for x in self.real]
+        return [self.item_value(x) for x in self.real]
 
     def length(self, tx):
         return len(self.real)
