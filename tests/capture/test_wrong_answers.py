@@ -1,6 +1,7 @@
 """Reproducers of wrong answers found in outside code and random programs (issue 9, section 1):
 each compares the compiled function with eager, across calls and changing inputs."""
 
+import collections
 import io
 import sys
 from contextlib import redirect_stdout
@@ -1257,3 +1258,28 @@ def test_a_set_that_changes_size_while_iterated_raises_as_in_eager(brk, capsys):
     out = capsys.readouterr().out
     assert out[:len(out) // 2] == out[len(out) // 2:]  # the same items, in the same order
     assert eager_out[:len(eager_out) // 2] == eager_out[len(eager_out) // 2:]
+
+
+def _deque_grows(x):
+    d = collections.deque([1, 2, 3])
+    for k in d:
+        if k < 10:
+            d.append(k + 10)
+    return x + len(d)
+
+
+def _deque_read(x):
+    d = collections.deque([1, 2, 3], maxlen=4)
+    d.appendleft(7)
+    d[1] = 5
+    total = x
+    for k in d:
+        total = total * k + 1
+    return total, list(d)
+
+
+def test_a_deque_changed_while_iterated_raises_as_in_eager():
+    with pytest.raises(RuntimeError, match="deque mutated during iteration"):
+        framejit.compile(_deque_grows)(torch.ones(1))
+    got, want = framejit.compile(_deque_read)(torch.ones(1)), _deque_read(torch.ones(1))
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]

@@ -467,6 +467,8 @@ def live_containers(it: Value) -> list[Value]:
             out.append(v.dict_value)
         elif isinstance(getattr(v, "set_value", None), Value):  # pycollections.SetIterator
             out.append(v.set_value)
+        elif isinstance(getattr(v, "deque_value", None), Value):  # pycollections.DequeIterator
+            out.append(v.deque_value)
         for name in ("source", "sources", "current"):
             inner = getattr(v, name, None) if isinstance(v, LazyIteratorValue) else None
             if isinstance(inner, IteratorValue):

@@ -230,15 +230,20 @@ def _set_method(tx, obj, name: str, args, kwargs):
 class DequeValue(ItemsProtocol, Value):
     """A ``collections.deque`` created in the frame."""
 
-    __slots__ = ("items", "maxlen")
+    __slots__ = ("items", "maxlen", "state")
     fresh = True
 
     def __init__(self, items: list[Value], maxlen: int | None):
         super().__init__(None)
         self.maxlen = maxlen
         self.items: list[Value] = []
+        #: counts the changes of the deque's items (an iterator of it stops at one, as in Python)
+        self.state = 0
         for v in items:
             self.append(v)
+
+    def make_iterator(self, tx):
+        return DequeIterator(self)
 
     def describe(self):
         return "a deque"
@@ -275,6 +280,7 @@ class DequeValue(ItemsProtocol, Value):
         self.items[self._index(key)] = value
 
     def delitem(self, tx, key):
+        self.state += 1
         del self.items[self._index(key)]
 
     def getattr(self, tx, name):
@@ -286,12 +292,45 @@ class DequeValue(ItemsProtocol, Value):
 
     def call_method(self, tx, name, args, kwargs):
         if name in _DEQUE_METHODS:
+            if name not in ("count", "index", "copy"):
+                self.state += 1
             return _deque_method(tx, self, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.shared(self, lambda: f"{cg.const_name(collections.deque)}(["
                          + ", ".join(cg.expr(v) for v in self.items) + f"], {self.maxlen!r})")
+
+
+class DequeIterator(LazyIteratorValue):
+    """Iterating a deque: its items from the left; any change of the deque while iterating
+    (an append, a pop, a rotation) raises RuntimeError, as in Python."""
+
+    __slots__ = ("deque_value", "state", "index")
+    kind = "deque_iterator"
+
+    def __init__(self, deque_value: DequeValue):
+        super().__init__()
+        self.deque_value = deque_value
+        self.state = deque_value.state
+        self.index = 0
+
+    def python_type(self):
+        return type(iter(collections.deque()))
+
+    def _next(self):
+        d = self.deque_value
+        if d.state != self.state:
+            self.exhausted = True
+            raise_python(RuntimeError, "deque mutated during iteration")
+        if self.index >= len(d.items):
+            return None
+        self.index += 1
+        return d.items[self.index - 1]
+
+    def peek(self):
+        d = self.deque_value
+        return None if d.state != self.state else d.items[self.index:]
 
 
 _DEQUE_METHODS = {"append", "appendleft", "pop", "popleft", "extend", "extendleft", "rotate",
