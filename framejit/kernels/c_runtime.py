@@ -78,11 +78,16 @@ def find_compiler() -> tuple[list[str], str]:
     if found is not None:
         return found
     command = shlex.split(cc)
-    if not command or shutil.which(command[0]) is None:
+    path = shutil.which(command[0]) if command else None
+    if path is None:
         origin = "$CC" if os.environ.get("CC") else "the default C compiler"
         raise CCompilerMissing(
             f"no C compiler: {command[0] if command else cc!r} ({origin}) is not on PATH; set "
             f"CC to gcc or clang, or install one, to get C kernels for CPU tensors")
+    # Run by its full path: for a bare name, subprocess looks it up with os.get_exec_path(),
+    # which sets a warnings filter and so resets every "once" record of warnings (the user's
+    # warnings.warn() in a loop showed again after a first compile).
+    command[0] = path
     try:
         out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
@@ -91,6 +96,12 @@ def find_compiler() -> tuple[list[str], str]:
     found = (command, text.splitlines()[0] if text else cc)
     _compilers[cc] = found
     return found
+
+
+def _spelled(command: list[str]) -> str:
+    """The compiler command as the disk cache's keys spell it: its program's name, not the
+    path found on PATH (which machines sharing a cache may not share)."""
+    return " ".join([os.path.basename(command[0]), *command[1:]])
 
 
 _PROBE = """#include <math.h>
@@ -113,7 +124,7 @@ def extra_flags() -> tuple[str, ...]:
     erf, ... vectorize); probed once per compiler and remembered on disk."""
     command, version = find_compiler()
     base = flags()
-    key = hashlib.sha256("\0".join([version, " ".join(command), *base]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([version, _spelled(command), *base]).encode()).hexdigest()[:24]
     if key in _extra_flags:
         return _extra_flags[key]
     record = os.path.join(cache_dir("c"), f"probe-{key}.txt")
@@ -148,7 +159,7 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     options = (*flags(), *extra_flags())
     bodies = [functions[n] for n in names]
     unit = PRELUDE + "\n" + "\n".join(bodies)
-    key = hashlib.sha256("\0".join([unit, version, " ".join(command), *options]).encode()).hexdigest()[:40]
+    key = hashlib.sha256("\0".join([unit, version, _spelled(command), *options]).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
     lib = None

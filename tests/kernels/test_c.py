@@ -1174,3 +1174,22 @@ def test_fp16_conversions_give_torch_s_bits_for_every_half_and_a_dense_sample_of
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got[~want.isnan()].view(torch.int16), want[~want.isnan()].view(torch.int16))
     assert torch.equal(got[want.isnan()].signbit(), floats[want.isnan()].signbit())
+
+
+def test_finding_the_compiler_keeps_the_warnings_shown_once(monkeypatch):
+    # subprocess looked a bare "cc" up with os.get_exec_path(), which sets a warnings filter:
+    # that resets Python's once-per-location records, and a warning in the user's loop showed
+    # again after the first compile.
+    import warnings
+
+    monkeypatch.setattr(c_runtime, "_compilers", {})
+
+    def warn():
+        warnings.warn("framejit-test: shown once per location", UserWarning)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        warn()
+        c_runtime.find_compiler()
+        warn()
+    assert [str(w.message) for w in shown].count("framejit-test: shown once per location") == 1
