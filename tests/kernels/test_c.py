@@ -1185,7 +1185,7 @@ def test_finding_the_compiler_keeps_the_warnings_shown_once(monkeypatch):
     monkeypatch.setattr(c_runtime, "_compilers", {})
 
     def warn():
-        warnings.warn("framejit-test: shown once per location", UserWarning)
+        warnings.warn("framejit-test: shown once per location", UserWarning, stacklevel=1)
 
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("default")
