@@ -37,6 +37,7 @@ from .node import (
     map_aggregate,
     map_arg,
     name_of,
+    on_cpu,
     target_name,
 )
 from .to_torch import to_torch_fx
@@ -60,6 +61,7 @@ __all__ = [
     "fresh_meta",
     "has_symbolic_sizes",
     "is_inplace",
+    "on_cpu",
     "map_aggregate",
     "map_arg",
     "propagate_meta",

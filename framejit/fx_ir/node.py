@@ -151,6 +151,12 @@ def target_name(node: Node) -> str:
     return name_of(node.target)
 
 
+def on_cpu(node: Node) -> bool:
+    """Whether ``node`` computes on CPU tensors (its meta values carry no device: capture and the
+    passes note it in ``meta["device"]``), where some eager kernels differ from CUDA's."""
+    return torch.device(node.meta.get("device", "cpu")).type == "cpu"
+
+
 def is_inplace(op: str, target: Any, kwargs: Any = None) -> bool:
     """Whether a ``call_function``/``call_method`` writes into its first argument or ``out=``.
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Node
+from ..fx_ir import Node, on_cpu
 from .ir import FULL, OUTER, Buffer, Kernel, Op, Span, Sym, compute_dtype, product
 
 aten = torch.ops.aten
@@ -599,7 +599,7 @@ class _Lowering:
         c = compute_dtype(out.dtype)
         if target in _ARITHMETIC:
             name = _ARITHMETIC[target]
-            if name in ("maximum", "minimum") or name in ("add", "sub") and _on_cpu(node):
+            if name in ("maximum", "minimum") or name in ("add", "sub") and on_cpu(node):
                 # eager's CPU add and sub convert a number (or a 0-dim fp32 tensor) to a
                 # fp16/bf16 result's dtype first; its mul and div, and CUDA's add, do not
                 ops = [self.operand_in(a, out.dtype, level) for a in args]
@@ -632,7 +632,7 @@ class _Lowering:
             return x
         if target is aten.pow.Tensor_Scalar:
             x = self.operand(args[0], c, level)
-            if args[1] in (0.5, -0.5) and out.dtype == torch.float16 and _on_cpu(node):
+            if args[1] in (0.5, -0.5) and out.dtype == torch.float16 and on_cpu(node):
                 # eager's CPU fp16 power is std::pow, not a square root: pow(-0, ±0.5) is
                 # +0 / +inf and pow(-inf, ±0.5) is +inf / +0 (sqrt gives -0 and NaN)
                 x = self.emit("add", (x, self.emit("const", (0.0,), c, level)), c, level)  # -0: +0
@@ -703,11 +703,6 @@ def _rounds(source: torch.dtype, target: torch.dtype) -> bool:
 
 def _hint_one(e) -> bool:
     return isinstance(e, int) and e == 1 or getattr(e, "is_Integer", False) and int(e) == 1
-
-
-def _on_cpu(node: Node) -> bool:
-    """Whether ``node`` computes on CPU tensors (where eager's kernels differ by device)."""
-    return torch.device(node.meta.get("device", "cpu")).type == "cpu"
 
 
 def _number_in(a: Any, dtype: torch.dtype) -> Any:

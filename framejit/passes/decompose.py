@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, cpu_sdpa_choice
+from ..fx_ir import Graph, Node, cpu_sdpa_choice, on_cpu
 from . import normalize as _normalize
 from .symbolic import SYMBOLIC
 from .util import (
@@ -49,8 +49,8 @@ def decompose(graph: Graph) -> bool:
 
 
 def _on_cpu(b: Builder) -> bool:
-    """Whether the node being replaced computes on CPU tensors (meta values carry no device)."""
-    return torch.device(b.node.meta.get("device", "cpu")).type == "cpu"
+    """Whether the node being replaced computes on CPU tensors."""
+    return on_cpu(b.node)
 
 
 def _optional_tensor(x: Any) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node, map_arg, run_on_meta
+from ..fx_ir import Graph, Node, map_arg, on_cpu, run_on_meta
 from .util import KEEPDIM_REDUCTIONS, in_input_order
 
 aten = torch.ops.aten
@@ -36,7 +36,7 @@ def _is_conv(node: Node) -> bool:
     xv = x.meta.get("val")
     return (isinstance(xv, torch.Tensor) and xv.dim() == 4 and xv.dtype == torch.float32
             and v.dim() == 4 and not v.requires_grad and xv.device.type in ("cpu", "meta")
-            and torch.device(node.meta.get("device", "cpu")).type == "cpu")
+            and on_cpu(node))
 
 
 def _cl(t: torch.Tensor) -> bool:

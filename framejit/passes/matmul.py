@@ -22,7 +22,7 @@ import operator
 
 import torch
 
-from ..fx_ir import Graph, Node, map_arg, run_on_meta
+from ..fx_ir import Graph, Node, map_arg, on_cpu, run_on_meta
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ def bmm_operands(graph: Graph) -> bool:
         if node.op != "call_function" or node.target not in _MATMULS or len(node.args) != 2 \
                 or node.kwargs:
             continue
-        if torch.device(node.meta.get("device", "cpu")).type != "cpu":
+        if not on_cpu(node):
             continue
         a, b = node.args
         if not (isinstance(a, Node) and isinstance(b, Node)):

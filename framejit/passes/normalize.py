@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..fx_ir import Graph, Node
+from ..fx_ir import Graph, Node, on_cpu
 from .util import (
     Builder,
     RuleTable,
@@ -168,7 +168,7 @@ def _scaled_in_fp32(b: Builder, op: Any, a: Any, c: Any, alpha: Any) -> Node | N
     out = b.out.dtype
     if type(alpha) is bool or not number_fits(alpha, out):
         return None
-    if torch.device(b.node.meta.get("device", "cpu")).type == "cpu":
+    if on_cpu(b.node):
         alpha = torch.tensor(alpha, dtype=out).item()
         if is_number(a):
             a = torch.tensor(a, dtype=out).item()
