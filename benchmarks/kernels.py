@@ -77,6 +77,10 @@ def parse_args(argv=None):
                     help="keep the usual Triton/Inductor/framejit disk caches (first calls may be warm)")
     ap.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     ap.add_argument("--csv", default=None, help="also write the rows to this CSV file")
+    ap.add_argument("--fp-fusion", action="store_true",
+                    help="compile framejit's Triton kernels with FMA contraction (Triton's default "
+                         "before 3.10; framejit turns it off, see triton_render.OPTIONS), to "
+                         "measure what that costs")
     return ap.parse_args(argv)
 
 
@@ -411,7 +415,12 @@ def main(opts) -> int:
           f"device {device_name}")
     # Lazily read by all three compilers: empty caches make every first call a cold compile.
     caches = "usual" if opts.warm_caches else "fresh, " + use_fresh_caches()
-    print(f"shape {m}x{n}, dtypes {', '.join(dtypes)}, framejit backend={opts.backend!r}, caches: {caches}")
+    if opts.fp_fusion:
+        from framejit.kernels import triton_render
+
+        triton_render.OPTIONS.clear()  # (the same dict the launchers read)
+    print(f"shape {m}x{n}, dtypes {', '.join(dtypes)}, framejit backend={opts.backend!r}, caches: {caches}"
+          f"{', Triton FMA contraction on' if opts.fp_fusion else ''}")
     copy = copy_gbps(device, copy_numel)
     print(f"copy bandwidth (fp32, {4 * copy_numel / 2**20:.0f} MiB, read + write): {copy:.0f} GB/s")
     copy_timed = None

@@ -39,15 +39,33 @@ def _autocast_detail() -> tuple:
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
 
 
+def device_modes() -> tuple | None:
+    """The devices of the ``torch.device`` contexts on torch's function-mode stack (``with
+    torch.device("cuda"):``, ``torch.set_default_device``), outermost first: ``()`` when the
+    stack is empty, None when it holds any other mode. Those contexts only give factory calls
+    their device, which capture reads (``torch.get_default_device()``): a graph is captured and
+    run inside them, and guarded on them."""
+    if not torch._C._len_torch_function_stack():
+        return ()
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    stack = _get_current_function_mode_stack()
+    if not all(type(mode) is DeviceContext for mode in stack):
+        return None
+    return tuple(str(mode.device) for mode in stack)
+
+
 def active_modes() -> str | None:
     """The innermost user TorchFunctionMode or TorchDispatchMode active now (``with
-    FlopCounterMode():``, ``with torch.device("meta"):``), named, or None. Graphs are captured and
-    run outside them only: a mode sees (and may change) every torch call, which a graph's
-    fused kernels never make."""
-    if torch._C._len_torch_function_stack():
+    FlopCounterMode():``, a ``TorchDispatchMode``), named, or None. Graphs are captured and run
+    outside them only: a mode sees (and may change) every torch call, which a graph's fused
+    kernels never make. ``torch.device`` contexts are not such modes (see :func:`device_modes`)."""
+    if device_modes() is None:
         from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._device import DeviceContext
 
-        stack = _get_current_function_mode_stack()
+        stack = [m for m in _get_current_function_mode_stack() if type(m) is not DeviceContext]
         return f"the TorchFunctionMode {type(stack[-1]).__name__}" if stack else "a TorchFunctionMode"
     if torch._C._len_torch_dispatch_stack():
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
@@ -66,6 +84,7 @@ def _global_state() -> tuple:
         torch.get_default_dtype(),
         any_autocast,
         _autocast_detail() if any_autocast else None,
+        device_modes(),
     )
 
 
@@ -74,6 +93,7 @@ _GLOBAL_STATE_NAMES = (
     "torch.get_default_dtype()",
     "autocast enabled",
     "autocast (enabled, dtype) for cpu and cuda",
+    "the torch.device contexts (with torch.device(...), torch.set_default_device)",
 )
 
 
@@ -527,12 +547,15 @@ class GuardSet:
         lines: list[str] = []
         value_of = SourceLoader(names, argnames, lines)
 
-        grad, dtype, any_autocast, autocast = self.global_state
+        grad, dtype, any_autocast, autocast, devices = self.global_state
+        # No torch function mode, or exactly the torch.device contexts of the capture.
+        modes = (f"{names(torch._C._len_torch_function_stack)}()" if not devices
+                 else f"{names(device_modes)}() != {names(devices)}")
         lines.append(
             f"if {names(torch.is_grad_enabled)}() is not {grad}"
             f" or {names(torch.get_default_dtype)}() is not {names(dtype)}"
             f" or {names(any_autocast_enabled)}() is not {any_autocast}"
-            f" or {names(torch._C._len_torch_function_stack)}()"
+            f" or {modes}"
             f" or {names(torch._C._len_torch_dispatch_stack)}(): return False"
         )
         if any_autocast:
@@ -636,7 +659,7 @@ class GuardSet:
         now = _global_state()
         if now != self.global_state:
             for name, old, new in zip(_GLOBAL_STATE_NAMES, self.global_state, now):
-                if old != new:
+                if old != new and new is not None:  # (None: another mode, named below)
                     return f"{name}: {old} → {new}"
         modes = active_modes()
         if modes is not None:

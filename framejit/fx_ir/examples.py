@@ -278,7 +278,7 @@ def cpu_sdpa_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     def stand_in(t):
         if t is None:
             return None
-        real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+        real = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
         return real.requires_grad_(True) if t.requires_grad else real
 
     try:

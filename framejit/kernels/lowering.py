@@ -603,6 +603,12 @@ class _Lowering:
                 # eager's CPU add and sub convert a number (or a 0-dim fp32 tensor) to a
                 # fp16/bf16 result's dtype first; its mul and div, and CUDA's add, do not
                 ops = [self.operand_in(a, out.dtype, level) for a in args]
+            elif not on_cpu(node):
+                # eager's CUDA kernels read a tensor of another dtype (a 0-dim fp32 or int64
+                # tensor beside fp16 ones) converted to the result's dtype, and take a number
+                # as it is (in fp32)
+                ops = [self.operand_in(a, out.dtype, level) if isinstance(a, Node)
+                       else self.operand(a, c, level) for a in args]
             else:
                 ops = [self.operand(a, c, level) for a in args]
             return self.emit(name, ops, c, level)

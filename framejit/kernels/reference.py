@@ -77,7 +77,7 @@ def run_reference(kernel: Kernel, inputs: Sequence[torch.Tensor],
                 index = torch.arange(sizes[span.dim], device=x.device).reshape(shape)
                 v = x if v is None else torch.where(index < int(span.stop), x, v)
         elif kind == "const":
-            v = torch.tensor(args[0], dtype=op.dtype)
+            v = torch.tensor(args[0], dtype=op.dtype, device="cpu")
         elif kind == "rand":
             # A stream of its own per rand op (torch's CPU generator keeps a seed's low 32 bits).
             # Drawn on the CPU and moved to where the kernel's outputs live.

@@ -50,6 +50,8 @@ _jobs: dict[tuple, Future] = {}
 #: Compiles handed to the workers, and what became of those the first calls reached: done by a
 #: worker (waited for, or already finished), cancelled (no worker had started them), failed.
 counts = {"handed": 0, "by_workers": 0, "cancelled": 0, "failed": 0}
+#: The errors of the last few failed worker compiles (the first call compiled those itself).
+errors: list[str] = []
 
 
 def workers() -> int:
@@ -101,8 +103,11 @@ def compile_ahead(launchers: list) -> int:
 
 
 def _job_args(la, config: dict, target=None, env=None) -> tuple:
-    """:func:`compile_job`'s arguments for compiling ``config`` of launcher ``la``."""
-    return (la.module_path, la.kernel.function_stem, [b.dtype for b in la.kernel.buffers],
+    """:func:`compile_job`'s arguments for compiling ``config`` of launcher ``la``: the module
+    is where the cache folder is now (a kernel loaded earlier may have been written elsewhere)."""
+    from .triton_runtime import write_module
+
+    return (write_module(la.source, la.digest), la.kernel.function_stem, [b.dtype for b in la.kernel.buffers],
             la.scalars, la._grid(config), config, target if target is not None else _target(),
             env if env is not None else _triton_env())
 
@@ -122,8 +127,22 @@ def claim(launcher, config: dict) -> None:
     try:
         future.result(timeout=WAIT_S)
         counts["by_workers"] += 1
-    except Exception:  # the worker failed: the compile here says why, if it fails too
+    except Exception as e:  # the worker failed: the compile here says why, if it fails too
         counts["failed"] += 1
+        errors[:] = [*errors[-4:], f"{type(e).__name__}: {e}"]
+
+
+def release(launcher) -> None:
+    """Once ``launcher`` has built its config: drop the jobs of the configs it did not compile
+    (its best config read from the cache, say), cancelled where no worker has started them, so
+    that none stays pending for the life of the process."""
+    if not _jobs or getattr(launcher, "scalars", None) is None:
+        return
+    mine = job_key(launcher, {})[:3]
+    with _lock:
+        futures = [_jobs.pop(key) for key in [k for k in _jobs if k[:3] == mine]]
+    for future in futures:
+        future.cancel()
 
 
 def _target():

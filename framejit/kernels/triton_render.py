@@ -142,6 +142,15 @@ def render(kernel: Kernel, native_bf16: bool = False) -> str:
     return _Renderer(kernel, native_bf16).source()
 
 
+#: Triton's compile options for every kernel. ``enable_fp_fusion=False``: no FMA contraction,
+#: so each op rounds as eager's separate kernels do. With it, (x*1000) - (x*1000) + y was not y
+#: on an H200 (the product contracted into an FMA with the subtraction gives the product's
+#: rounding error, and -inf where eager's inf - inf is NaN); in fp16, LLVM first narrowed the
+#: rounded product to a 16-bit multiply, so a rounding eager does was skipped. The C renderer
+#: compiles with -ffp-contract=off for the same reason, and Triton 3.10 makes it the default.
+OPTIONS = {"enable_fp_fusion": False}
+
+
 def _literal(value, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "1" if value else "0"
@@ -551,7 +560,9 @@ class _Renderer:
         params.append("XBLOCK: tl.constexpr")
         if self.reduction:
             params.append("RBLOCK: tl.constexpr")
-        head = ["import triton", "import triton.language as tl", ""]
+        # (The options are part of the source, so of its hash, which keys cached configs.)
+        head = ["import triton", "import triton.language as tl",
+                f"# compiled with {OPTIONS} (triton_render.OPTIONS)", ""]
         for name in sorted(self.helpers):
             head.append(_HELPERS[name].strip("\n"))
             head.append("")

@@ -38,7 +38,7 @@ from .. import diskcache, record
 from . import triton_pool, triton_render
 from .ir import Kernel, evaluate, expr_text, product
 from .launch import KernelLauncher, cache_dir, launch_function
-from .triton_render import is_persistent, render
+from .triton_render import OPTIONS, is_persistent, render
 
 _modules: dict[str, Any] = {}
 _best: dict[tuple[str, tuple], dict] = {}
@@ -101,13 +101,7 @@ def load_kernel(kernel: Kernel, source: str):
         if fn is not None:
             return fn
         digest = source_hash(source)
-        path = module_path(digest)
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-            diskcache.note_write(os.path.dirname(path), len(source))
+        path = write_module(source, digest)
         spec = importlib.util.spec_from_file_location(f"framejit_kernel_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         module._jit = triton.jit
@@ -115,6 +109,19 @@ def load_kernel(kernel: Kernel, source: str):
         fn = getattr(module, kernel.function_stem)
         _modules[source] = fn
         return fn
+
+
+def write_module(source: str, digest: str) -> str:
+    """The path of the module of ``source`` (its digest given) in the cache, written there if
+    it is not (a first load, or the cache folder changed or was cleaned since)."""
+    path = module_path(digest)
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+        diskcache.note_write(os.path.dirname(path), len(source))
+    return path
 
 
 def module_path(digest: str) -> str:
@@ -136,13 +143,19 @@ def configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = Non
     """Launch configs to try, best guess first. A dynamic kernel's are chosen for the sizes
     ``values`` (of its first call) and are correct for every size: a reduction over a run-time
     extent loops, so any ``RBLOCK`` covers any ``rnumel`` (longer rows than the first call's
-    loop over it); a static extent is the same at every call."""
+    loop over it); a static extent is the same at every call. On a GPU each config carries
+    the compile options (:data:`triton_render.OPTIONS`: no FMA contraction)."""
+    found = _configs(kernel, interpret, values)
+    return found if interpret else [{**c, **OPTIONS} for c in found]
+
+
+def _configs(kernel: Kernel, interpret: bool, values: dict[str, int] | None = None) -> list[dict]:
     if kernel.is_dynamic:
         # The static kernel of these sizes is persistent whenever the dynamic one is (it has the
         # same static rnumel, and at least as many unit strides), so its persistent configs
         # hold the whole row; its looped configs serve a looped dynamic kernel as they are.
         static = kernel.specialize(values)
-        found = configs(static, interpret)
+        found = _configs(static, interpret)
         if (kernel.is_reduction and not isinstance(product(kernel.reduce_sizes), int)
                 and is_persistent(static)):
             # Blocks sized to hold the first call's (short) rows: later rows may be far longer.
@@ -236,7 +249,6 @@ class Launcher(KernelLauncher):
         self.binary = None
         self.direct = False
         self.digest = source_hash(self.source)
-        self.module_path = module_path(self.digest)
 
     def _bind_first(self, values: dict[str, int]) -> None:
         """A dynamic kernel's first call: the sizes its config is chosen (tuned) for."""
@@ -328,6 +340,7 @@ class Launcher(KernelLauncher):
         except compile_errors() as e:
             return self._use_fallback(e, inputs)
         finally:
+            triton_pool.release(self)  # the configs not chosen (a config read from the cache)
             record.emit(record.KernelBuilt(language="triton", names=[self.name],
                                            seconds=time.perf_counter() - t0))
         self._build_fast()

@@ -1150,6 +1150,37 @@ def test_a_torch_function_mode_sees_every_call_of_a_compiled_function(stats):
     assert any("TorchFunctionMode _DoubleRelu is active" in r[1] for r in stats.fallback_reasons)
 
 
+def test_functions_compile_inside_torch_device_contexts_which_are_guarded():
+    # `with torch.device(...)` and torch.set_default_device push a TorchFunctionMode that only
+    # gives factory calls their device. Calls inside one ran uncompiled (the GPU suite's
+    # fixtures make their tensors so): they compile now, and a factory follows the context.
+    def f(x, n):
+        return (x * 2 + torch.ones(n)).relu(), torch.zeros(n) + 1
+
+    x = torch.randn(3)
+    for backend in ("default", "eager"):
+        framejit.reset()
+        compiled = framejit.compile(f, backend=backend)
+        with torch.device("cpu"):
+            for got, want in zip(compiled(x, 3), f(x, 3)):
+                torch.testing.assert_close(got, want)
+        assert framejit.stats()["graphs"] == 1
+        if backend == "default":
+            assert framejit.stats()["kernels"] >= 1
+        with torch.device("meta"):
+            got = compiled(x.to("meta"), 3)
+        assert [t.device.type for t in got] == ["meta", "meta"] and framejit.stats()["graphs"] == 2
+        torch.set_default_device("meta")  # the same context as `with torch.device("meta")`
+        try:
+            assert compiled(x.to("meta"), 3)[1].device.type == "meta"
+        finally:
+            torch.set_default_device(None)
+        assert framejit.stats()["graphs"] == 2
+        got = compiled(x, 3)  # no context: torch.zeros(3) is on the CPU again
+        assert got[1].device.type == "cpu" and torch.equal(got[1], torch.ones(3))
+        assert framejit.stats()["graphs"] == 3
+
+
 def test_a_torch_dispatch_mode_sees_the_real_calls_only(cold_meta_memo):
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -119,14 +119,16 @@ def test_an_fp16_value_read_inside_a_kernel_is_held_in_its_dtype(form, dtype, re
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("form", ["add", "sub", "rsub", "add_0dim", "add_alpha", "sub_alpha",
-                                  "rsub_alpha", "mul", "div", "sqrt_pow", "rsqrt_pow"])
+                                  "rsub_alpha", "mul", "mul_0dim", "div_0dim", "div", "sqrt_pow",
+                                  "rsqrt_pow"])
 @pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])
 def test_numbers_in_16_bit_arithmetic_are_taken_as_eager_s_kernels_take_them(form, dtype,
                                                                             reference, device):
     # Eager's CPU add and sub convert a number (and alpha=) to the fp16/bf16 result's dtype
     # before adding in fp32; its mul and div take it as given. x + 0.2123 was a unit of the last
     # place off in a sixth of the values, torch.add(x, y, alpha=s) in a tenth. Eager's fp16
-    # power is std::pow: pow(-0, 0.5) is +0 and pow(-inf, 0.5) is +inf.
+    # power is std::pow: pow(-0, 0.5) is +0 and pow(-inf, 0.5) is +inf. Its CUDA kernels take a
+    # number as given, and a 0-dim tensor of another dtype on the GPU converted to the result's.
     s = 0.2123456789
     fns = {
         "add": lambda x, y: x + s,
@@ -137,6 +139,8 @@ def test_numbers_in_16_bit_arithmetic_are_taken_as_eager_s_kernels_take_them(for
         "sub_alpha": lambda x, y: torch.sub(x, y, alpha=3) * 2,
         "rsub_alpha": lambda x, y: torch.rsub(y, 2.3, alpha=0.77),
         "mul": lambda x, y: x * s + y,
+        "mul_0dim": lambda x, y: x * torch.tensor(s, device=x.device) + y,
+        "div_0dim": lambda x, y: x / torch.tensor(s, device=x.device, dtype=torch.float64),
         "div": lambda x, y: x / s - y,
         "sqrt_pow": lambda x, y: (x * 1) ** 0.5,
         "rsqrt_pow": lambda x, y: (x * 1) ** -0.5,

@@ -242,15 +242,19 @@ for i, k in enumerate(json.load(open(sys.argv[1]))):
     module._jit = triton.jit
     spec.loader.exec_module(module)
     config = dict(k["config"])
-    warps = config.pop("num_warps", 4)
+    options = {"num_warps": config.pop("num_warps", 4)}
+    if "enable_fp_fusion" in config:
+        options["enable_fp_fusion"] = config.pop("enable_fp_fusion")
     sig = {name: "*" + t for name, t in k["buffers"]}
     sig.update({name: "i64" for name in k["sizes"]})
+    sig.update({name: "i32" for name in k.get("numels", ())})
     sig.update({name: "constexpr" for name in config})
     constexprs = {(list(sig).index(name),): value for name, value in config.items()}
     src = ASTSource(getattr(module, k["name"]), signature=sig, constexprs=constexprs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     assert "ptx" in compiled.asm
-    print("compiled", k["name"])
+    fmas = sum(line.split()[0].startswith("fma") for line in compiled.asm["ptx"].splitlines() if line.split())
+    print("compiled", k["name"], "fma", fmas)
 """
 
 
@@ -290,6 +294,43 @@ def test_dynamic_kernels_compile_for_a_gpu(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("compiled") == len(cases)
+
+
+def test_kernels_are_compiled_without_fma_contraction(tmp_path):
+    """On an H200, (x*1000) - (x*1000) + y was not y: the product, contracted into an FMA with
+    the subtraction, gave its own rounding error (in fp16, LLVM first narrowed the rounded
+    product to a 16-bit multiply, so a rounding eager does was skipped too). Kernels are
+    compiled with enable_fp_fusion=False; the PTX, built for sm_90 without a GPU, shows it."""
+    pytest.importorskip("triton.backends.nvidia")
+    from framejit.kernels.triton_runtime import configs
+
+    from .conftest import run_kernels
+
+    types = {torch.float32: "fp32", torch.float16: "fp16"}
+    kernels = []
+    for i, (dtype, options) in enumerate([(torch.float16, True), (torch.float32, True),
+                                          (torch.float16, False), (torch.float32, False)]):
+        x, y = torch.randn(4, 40).to(dtype), torch.randn(4, 40).to(dtype)
+        _, backend = run_kernels(lambda a, b: (a * 1000) - (a * 1000) + b, x, y, reference=True)
+        (launcher,) = backend.kernels
+        config = configs(launcher.kernel, False)[0]
+        assert config["enable_fp_fusion"] is False
+        if not options:  # as before: Triton's default, fusion on
+            del config["enable_fp_fusion"]
+        path = tmp_path / f"kernel{i}.py"
+        path.write_text(render(launcher.kernel))
+        kernels.append({"path": str(path), "name": launcher.kernel.name, "config": config,
+                        "buffers": [(b.name, types[b.dtype]) for b in launcher.kernel.buffers],
+                        "sizes": [], "numels": ["xnumel"]})
+    listing = tmp_path / "kernels.json"
+    listing.write_text(json.dumps(kernels))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", _COMPILE, str(listing)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fmas = [int(line.split()[-1]) for line in done.stdout.splitlines() if line.startswith("compiled")]
+    assert fmas[:2] == [0, 0] and all(fmas[2:]), fmas
 
 
 def test_a_first_call_tries_few_configs():

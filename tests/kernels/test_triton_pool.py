@@ -25,6 +25,7 @@ SCRIPT = textwrap.dedent("""
     from framejit.backends.registry import Backend
     from framejit.kernels import triton_pool
     from framejit.kernels.reference import ReferenceLauncher
+    from framejit.kernels import triton_runtime
     from framejit.kernels.triton_runtime import Launcher
     from framejit.pipeline import compile_with_kernels
 
@@ -39,6 +40,8 @@ SCRIPT = textwrap.dedent("""
     x, y = torch.randn(64, 256), torch.randn(64, 256)
     framejit.compile(f, backend=Backend("descriptions", backend, native=True))(x, y, torch.ones(256), torch.zeros(256))
     launchers = [Launcher(k.kernel, k.outputs, torch.device("cuda"), k.seed_index) for k in built]
+    for la in launchers:  # loaded, then the cache folder was cleaned (or changed): written again
+        os.remove(triton_runtime.module_path(la.digest))
     handed = triton_pool.compile_ahead(launchers)
     for future in list(triton_pool._jobs.values()):
         future.result(timeout=600)
@@ -59,10 +62,16 @@ SCRIPT = textwrap.dedent("""
         job = triton_pool._jobs[key] = triton_pool._pool.submit(*triton_pool._job_args(la, {"XBLOCK": 3}))
         job.exception(timeout=600)  # a config Triton rejects, done by a worker
         triton_pool.claim(la, {"XBLOCK": 3})  # counted as failed; the parent would compile
-    print(json.dumps({"kernels": len(launchers), "configs": sum(len(la.configs) for la in launchers),
+    counts = dict(triton_pool.counts)
+    la = launchers[-1]
+    again = triton_pool.compile_ahead([la])  # then its best config is read from the cache: the
+    la._set_config(la.configs[0])            # jobs of the others go once it is built
+    triton_pool.release(la)
+    print(json.dumps({"again": again, "left": len(triton_pool._jobs),
+                      "kernels": len(launchers), "configs": sum(len(la.configs) for la in launchers),
                       "handed": handed, "cached": len(before),
                       "compiled_here": len(set(os.listdir(cache)) - before),
-                      "counts": triton_pool.counts, "bogus": bogus}))
+                      "counts": counts, "bogus": bogus}))
 """)
 
 
@@ -87,6 +96,7 @@ def test_workers_leave_exactly_what_the_first_call_compiles(tmp_path):
     assert r["counts"] == {"handed": r["configs"], "by_workers": r["configs"], "cancelled": 0,
                            "failed": 1}
     assert "no/such/kernel.py" in r["bogus"]
+    assert r["again"] >= 2 and r["left"] == 0
 
 
 def test_without_workers_the_first_call_compiles_each_config(tmp_path):
