@@ -341,7 +341,16 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
     watch.start()
     record.emit(record.FrameOffered(function=where(code), code=code))
     entries = _C.get_cache_entries(code)
+    gone = [e for e in entries if e[3].guards.dead()]
+    if gone:
+        # An object an entry checked by identity is gone (a module passed in and dropped): it
+        # never passes again, so it goes, and no longer counts toward the recompile limit.
+        entries[:] = [e for e in entries if not e[3].guards.dead()]  # (in place, as release())
     mine = [e for e in entries if e[2] is ctx.callback]
+    gone = [e for e in gone if e[2] is ctx.callback]
+    if gone and not mine:
+        record.emit(record.Recompile(function=where(code), code=code, reason=gone[-1][3].guards.dead(),
+                                     versions=len(gone), dump_dir=ctx.options.dump_dir))
     if mine:
         scope = dict(f_locals)
         for var, cell in zip(code.co_freevars, func.__closure__ or ()):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dis
 import opcode as _opcode
 import types
+import weakref
 
 from . import compat
 
@@ -109,7 +110,7 @@ class Row:
 
 def instructions(code: types.CodeType, make=Row):
     """``(rows, offsets)`` for ``code``: a row per instruction (CACHE entries and EXTENDED_ARG
-    prefixes left out), ``make(name, arg, lineno, target, -1, None, code)`` with ``target``
+    prefixes left out), ``make(name, arg, lineno, target, -1, None, weakref.ref(code))`` with ``target``
     None, then set to the index of a jump's target instruction (and its ``arg`` to a label), and
     the byte offset of each instruction's opcode; or None when this decoder does not apply (the
     caller then uses ``Bytecode.from_code``). ``make`` is :class:`Row` or the interpreter's
@@ -117,6 +118,7 @@ def instructions(code: types.CodeType, make=Row):
     if not _SUPPORTED:
         return None
     bc = code.co_code
+    ref = weakref.ref(code)  # (a row's link to its code: the decoded rows are cached by code)
     lines = code.co_lines()  # (start byte, end byte, line number) ranges, in order
     line_end = -1
     lineno = None
@@ -192,7 +194,7 @@ def instructions(code: types.CodeType, make=Row):
             while i >= line_end:
                 _, line_end, lineno = next(lines, (None, n + 1, None))
         starts[start] = starts[unit] = len(rows)
-        rows.append(make(opname[op], arg, lineno, None, -1, None, code))
+        rows.append(make(opname[op], arg, lineno, None, -1, None, ref))
         offsets.append(i)
         i += skip[op]  # the instruction and its inline CACHE entries, which have no row
     for k, target in jumps:

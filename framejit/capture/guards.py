@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import reprlib
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -118,25 +119,49 @@ class Guard:
 
 
 class IdGuard(Guard):
+    """The value is this very object. An object that takes weak references is held weakly (a
+    module passed to a compiled function, or whose forward was compiled, would otherwise live
+    as long as the cache entry); once it is gone the guard fails, as no live value is it."""
+
     order = 10
 
     def __init__(self, source: Source, obj: object):
         self.source = source
-        self.obj = obj
+        self.typ = type(obj)
+        try:
+            self.ref = weakref.ref(obj)
+        except TypeError:  # (ints, tuples, None, most C objects: held as they are)
+            self.ref = lambda obj=obj: obj
+
+    @property
+    def obj(self):
+        """The object, or None once it is gone."""
+        return self.ref()
+
+    def dead(self) -> bool:
+        """Whether the object is gone: no value passes the guard any more."""
+        return isinstance(self.ref, weakref.ref) and self.ref() is None
+
+    def gone(self) -> str:
+        return f"{self.source.name()}: the object captured ({self.typ.__name__}) is gone"
 
     def code(self, v, names):
+        if isinstance(self.ref, weakref.ref):
+            return [f"if {v} is not {names(self.ref)}(): return False"]
         return [f"if {v} is not {names(self.obj)}: return False"]
 
     def implied_type(self):
         # The same object has the same type, but for an instance of a class written in
         # Python, whose __class__ can be assigned: a type test on it stays.
-        t = type(self.obj)
-        return None if t.__flags__ & HEAPTYPE else t
+        return None if self.typ.__flags__ & HEAPTYPE else self.typ
 
     def reason(self, value):
-        if value is self.obj:
+        obj = self.obj
+        if value is obj:
             return None
-        return f"{self.source.name()}: a different object ({_short(self.obj)} → {_short(value)})"
+        if self.dead():
+            return self.gone()
+        return f"{self.source.name()}: a different object ({_short(obj)} → {_short(value)})"
 
 
 class TypeGuard(Guard):
@@ -539,6 +564,14 @@ class GuardSet:
 
     def __len__(self):
         return len(self.guards)
+
+    def dead(self) -> str | None:
+        """Why the entry never passes again (an object these guards check by identity is
+        gone), or None."""
+        for g in self.guards:
+            if isinstance(g, IdGuard) and g.dead():
+                return g.gone()
+        return None
 
     # -- code generation ------------------------------------------------------------------------
 

@@ -57,13 +57,16 @@ class Inst:
         self.lineno = lineno
         self.target = target
         self._pos = pos
-        self._code = code  # the code object whose Bytecode list ``pos`` indexes, until known
+        # A weak reference to the code object whose Bytecode list ``pos`` indexes, until known
+        # (weak: _decoded, which holds these, is keyed weakly by that code object).
+        self._code = code
         self.handler = handler
 
     @property
     def pos(self) -> int:
-        if self._pos < 0 and self._code is not None:
-            _fill_positions(self._code)
+        code = self._code() if self._pos < 0 and self._code is not None else None
+        if code is not None:
+            _fill_positions(code)
         return self._pos
 
     @pos.setter

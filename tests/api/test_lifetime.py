@@ -170,3 +170,81 @@ def test_the_code_of_a_dropped_function_with_a_graph_break_is_freed():
         del namespace, fn, compiled
     gc.collect()
     assert [c() for c in codes] == [None] * 3
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu() * 2
+
+
+def _call_module(m, x):
+    return m(x) + 1
+
+
+def test_modules_that_a_cache_entry_checks_by_identity_are_freed():
+    # A guard that a value is this very object held the object: a module whose forward was
+    # compiled in place (m.forward = framejit.compile(m.forward)), whose code's cache entries
+    # live with the class, was never freed, and a compiled function kept every module passed
+    # to it alive, up to its recompile limit. The guards hold them weakly now.
+    import weakref
+
+    x = torch.randn(2, 4)
+    for backend in ("default", "eager"):
+        framejit.reset()
+        m = _Net()
+        m.forward = framejit.compile(m.forward, backend=backend)
+        torch.testing.assert_close(m(x), m.lin(x).relu() * 2)
+        gone = [weakref.ref(m)]
+        del m
+        f = framejit.compile(_call_module, backend=backend)
+        for _ in range(3):
+            m = _Net()
+            torch.testing.assert_close(f(m, x), _call_module(m, x))
+            torch.testing.assert_close(f(m, x), _call_module(m, x))  # the entry still holds
+            gone.append(weakref.ref(m))
+            del m
+        gc.collect()
+        assert [r() for r in gone] == [None] * 4
+        stats = framejit.stats()
+        assert stats["graphs"] == 4 and stats["recompiles"] == 2  # each new module was checked
+        reasons = [e.reason for e in record.events_since(0) if e.kind == "recompile"][-2:]
+        assert all("the object captured (_Net) is gone" in r for r in reasons), reasons
+        # and the entries of the modules gone went: they never pass, nor count toward the limit
+        assert len(_C.get_cache_entries(_call_module.__code__)) == 1
+
+
+def test_a_loop_over_new_modules_never_reaches_the_recompile_limit():
+    f = framejit.compile(_call_module, options={"recompile_limit": 3})
+    x = torch.randn(2, 4)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the limit's warning
+        for _ in range(6):
+            m = _Net()
+            torch.testing.assert_close(f(m, x), _call_module(m, x))
+            del m
+            gc.collect()
+    assert _entries(_call_module.__code__) == 1
+
+
+def test_the_code_of_a_dropped_compiled_function_is_freed():
+    # The interpreter's table of decoded instructions is keyed weakly by code object, but each
+    # instruction held its code strongly: the code of every function made at run time (exec,
+    # notebook cells) that was ever captured stayed forever.
+    import weakref
+
+    codes = []
+    for k in range(3):
+        namespace: dict = {}
+        exec(f"def fn(x):\n    return (x * {k}).relu() + 1\n", namespace)
+        fn = namespace["fn"]
+        torch.testing.assert_close(framejit.compile(fn)(torch.ones(2)), fn(torch.ones(2)))
+        codes.append(weakref.ref(fn.__code__))
+        del namespace, fn
+    gc.collect()
+    assert [c() for c in codes] == [None] * 3
