@@ -59,7 +59,7 @@ class Inst:
         self._pos = pos
         # A weak reference to the code object whose Bytecode list ``pos`` indexes, until known
         # (weak: _decoded, which holds these, is keyed weakly by that code object).
-        self._code = code
+        self._code = code if code is None or type(code) is weakref.ref else weakref.ref(code)
         self.handler = handler
 
     @property

@@ -31,6 +31,7 @@ from .instances import make_super
 from .iterators import (
     ChainIterator,
     CountIterator,
+    DictIterator,
     DictView,
     EnumerateIterator,
     FilterIterator,
@@ -44,7 +45,7 @@ from .iterators import (
 )
 from .modules import ModuleValue
 from .pycollections import CONSTRUCTORS as COLLECTION_CONSTRUCTORS
-from .pycollections import DequeValue, fill_dict
+from .pycollections import DequeIterator, DequeValue, fill_dict
 from .pyops import apply_operator, binary
 from .tensor import TensorValue, graph_call, tensor_min_max
 
@@ -417,6 +418,10 @@ def _bi_reversed(tx, args, kwargs):
         raise Unsupported(f"reversed() of {v.describe()}")
     if isinstance(v, ListValue):
         return ListIterator(v, reverse=True)
+    if isinstance(v, DictValue):
+        return DictIterator(v, reverse=True)
+    if isinstance(v, DequeValue):
+        return DequeIterator(v, reverse=True)
     return IteratorValue(list(reversed(v.iterate(tx))))
 
 

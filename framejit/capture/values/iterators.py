@@ -370,22 +370,28 @@ class ListIterator(LazyIteratorValue):
 
 
 class DictIterator(LazyIteratorValue):
-    """Iterating a dict or one of its views: keys in insertion order, read live; a change of the
-    dict's size (or of its keys) while iterating raises RuntimeError, as in Python."""
+    """Iterating a dict or one of its views (``reverse``: ``reversed(d)``): keys in insertion
+    order, values read live. A change of the dict's size while iterating raises RuntimeError,
+    as in Python. Keys replaced at the same size (a key popped and another, or the same, put
+    back) are not captured: what Python's iterator does next depends on the dict's internal
+    table (it may go on over the new key, skip it, or raise), so that frame runs as Python."""
 
-    __slots__ = ("dict_value", "view", "keys", "size", "index")
+    __slots__ = ("dict_value", "view", "keys", "order", "size", "index", "reverse")
     kind = "dict_iterator"
 
-    def __init__(self, dict_value, view: str = "keys"):
+    def __init__(self, dict_value, view: str = "keys", reverse: bool = False):
         super().__init__()
         self.dict_value = dict_value
         self.view = view
-        self.keys = list(dict_value.items)
+        self.order = list(dict_value.items)
+        self.keys = self.order[::-1] if reverse else self.order
         self.size = len(self.keys)
         self.index = 0
+        self.reverse = reverse
 
     def python_type(self):
-        return type(iter(getattr({}, self.view)()))
+        view = getattr({}, self.view)()
+        return type(reversed(view) if self.reverse else iter(view))
 
     def _item(self, k):
         d = self.dict_value.items
@@ -400,18 +406,19 @@ class DictIterator(LazyIteratorValue):
         if len(d) != self.size:
             self.exhausted = True  # Python's iterator gives up for good, too
             raise_python(RuntimeError, "dictionary changed size during iteration")
+        if list(d) != self.order:
+            raise Unsupported(
+                "a dict whose keys changed while a loop iterated over it (at the same size)",
+                "Python's next item then depends on the dict's internal table; iterate over "
+                "list(d) instead, or change the dict after the loop")
         if self.index >= len(self.keys):
             return None
-        k = self.keys[self.index]
-        if k not in d:
-            self.exhausted = True
-            raise_python(RuntimeError, "dictionary keys changed during iteration")
         self.index += 1
-        return self._item(k)
+        return self._item(self.keys[self.index - 1])
 
     def peek(self):
         d = self.dict_value.items
-        if len(d) != self.size or any(k not in d for k in self.keys[self.index:]):
+        if len(d) != self.size or list(d) != self.order:
             return None
         return [self._item(k) for k in self.keys[self.index:]]
 

@@ -306,17 +306,18 @@ class DequeIterator(LazyIteratorValue):
     """Iterating a deque: its items from the left; any change of the deque while iterating
     (an append, a pop, a rotation) raises RuntimeError, as in Python."""
 
-    __slots__ = ("deque_value", "state", "index")
+    __slots__ = ("deque_value", "state", "index", "reverse")
     kind = "deque_iterator"
 
-    def __init__(self, deque_value: DequeValue):
+    def __init__(self, deque_value: DequeValue, reverse: bool = False):
         super().__init__()
         self.deque_value = deque_value
         self.state = deque_value.state
         self.index = 0
+        self.reverse = reverse  # reversed(d): from the right
 
     def python_type(self):
-        return type(iter(collections.deque()))
+        return type(reversed(collections.deque()) if self.reverse else iter(collections.deque()))
 
     def _next(self):
         d = self.deque_value
@@ -326,11 +327,13 @@ class DequeIterator(LazyIteratorValue):
         if self.index >= len(d.items):
             return None
         self.index += 1
-        return d.items[self.index - 1]
+        return d.items[-self.index] if self.reverse else d.items[self.index - 1]
 
     def peek(self):
         d = self.deque_value
-        return None if d.state != self.state else d.items[self.index:]
+        if d.state != self.state:
+            return None
+        return d.items[::-1][self.index:] if self.reverse else d.items[self.index:]
 
 
 _DEQUE_METHODS = {"append", "appendleft", "pop", "popleft", "extend", "extendleft", "rotate",
