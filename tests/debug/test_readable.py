@@ -271,7 +271,8 @@ def test_guards_one_line_each_with_a_comment_in_user_terms():
     assert no_generated_names(text), text
     conditions = [line for line in text.splitlines() if line.strip().startswith(("torch.", "and "))]
     assert all("  # " in line for line in conditions)
-    assert len(conditions) == 3 + len(info.guards.guards)  # grad mode, default dtype, autocast
+    # grad mode, default dtype, autocast, no torch function mode, no dispatch mode
+    assert len(conditions) == 5 + len(info.guards.guards)
     assert any("x.shape == (4, 16)" in line and line.endswith("# x is a 4x16 float32 tensor on cpu, contiguous")
                for line in conditions), text
     assert "module_globals['torch'] is torch  # global torch is the module torch" in text

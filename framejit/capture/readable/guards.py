@@ -140,7 +140,7 @@ class _PathReader:
 def render_guards(guards, code: types.CodeType, fn_name: str, names: ReadableNames) -> str:
     """The guard function as one condition per line (see the module docstring)."""
     rows: list[tuple[str, str]] = []
-    grad, dtype, any_autocast, autocast = guards.global_state
+    grad, dtype, any_autocast, autocast, devices = guards.global_state
     rows.append((f"torch.is_grad_enabled() is {grad}", f"grad mode is {'on' if grad else 'off'}"))
     rows.append((f"torch.get_default_dtype() is {names(dtype)}", f"the default dtype is {dtype}"))
     ac = names(any_autocast_enabled)
@@ -151,6 +151,13 @@ def render_guards(guards, code: types.CodeType, fn_name: str, names: ReadableNam
     else:
         rows.append((f"{ac}() is False", "autocast is off"))
     names.namespace.setdefault("torch", torch)
+    if devices:
+        from ..guards import device_modes
+        rows.append((f"{names(device_modes)}() == {devices!r}",
+                     "inside these torch.device contexts, and no other torch function mode"))
+    else:
+        rows.append(("not torch._C._len_torch_function_stack()", "no torch function mode"))
+    rows.append(("not torch._C._len_torch_dispatch_stack()", "no torch dispatch mode"))
     if guards.check_global_hooks:
         # (the tables guards._global_hook_tables reads, by their path)
         tables = " or ".join(f"torch.nn.modules.module.{n}" for n in (
