@@ -258,6 +258,18 @@ for i, k in enumerate(json.load(open(sys.argv[1]))):
 """
 
 
+def _compile_for_sm90(tmp_path, kernels: list[dict]) -> str:
+    """_COMPILE's output for ``kernels``, in a process of its own without the interpreter."""
+    listing = tmp_path / "kernels.json"
+    listing.write_text(json.dumps(kernels))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", _COMPILE, str(listing)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def test_dynamic_kernels_compile_for_a_gpu(tmp_path):
     """Triton's compiler, which checks more than the interpreter (types of loop-carried values,
     the int64 size arguments), takes the kernels: compiled for sm_90 down to PTX, without a GPU,
@@ -286,14 +298,7 @@ def test_dynamic_kernels_compile_for_a_gpu(tmp_path):
                         "buffers": [(b.name, types[b.dtype]) for b in kernel.buffers],
                         "sizes": [s.name for s in kernel.symbols()],
                         "config": configs(kernel, False, values)[0]})
-    listing = tmp_path / "kernels.json"
-    listing.write_text(json.dumps(kernels))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run([sys.executable, "-c", _COMPILE, str(listing)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("compiled") == len(cases)
+    assert _compile_for_sm90(tmp_path, kernels).count("compiled") == len(cases)
 
 
 def test_kernels_are_compiled_without_fma_contraction(tmp_path):
@@ -322,14 +327,8 @@ def test_kernels_are_compiled_without_fma_contraction(tmp_path):
         kernels.append({"path": str(path), "name": launcher.kernel.name, "config": config,
                         "buffers": [(b.name, types[b.dtype]) for b in launcher.kernel.buffers],
                         "sizes": [], "numels": ["xnumel"]})
-    listing = tmp_path / "kernels.json"
-    listing.write_text(json.dumps(kernels))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run([sys.executable, "-c", _COMPILE, str(listing)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    fmas = [int(line.split()[-1]) for line in done.stdout.splitlines() if line.startswith("compiled")]
+    out = _compile_for_sm90(tmp_path, kernels)
+    fmas = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("compiled")]
     assert fmas[:2] == [0, 0] and all(fmas[2:]), fmas
 
 
