@@ -15,13 +15,14 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+from torch.overrides import _get_current_function_mode_stack as _function_mode_stack
+from torch.utils._device import DeviceContext as _DeviceContext
 
 from ..fx_ir.graph_module import NumberPool
 from .sources import ConstNames, Source, SourceLoader
 from .values.lookup import HEAPTYPE
 
 _guard_numbers = NumberPool()  # ___guard_N: see NumberPool
-
 
 try:  # torch's C++ check of many tensors at once (GuardSet._batched_tensor_check)
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
@@ -40,7 +41,7 @@ def _autocast_detail() -> tuple:
             torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
 
 
-def device_modes() -> tuple | None:
+def device_modes() -> tuple | None:  # (in the guard of a graph captured in such a context)
     """The devices of the ``torch.device`` contexts on torch's function-mode stack (``with
     torch.device("cuda"):``, ``torch.set_default_device``), outermost first: ``()`` when the
     stack is empty, None when it holds any other mode. Those contexts only give factory calls
@@ -48,11 +49,8 @@ def device_modes() -> tuple | None:
     run inside them, and guarded on them."""
     if not torch._C._len_torch_function_stack():
         return ()
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
-
-    stack = _get_current_function_mode_stack()
-    if not all(type(mode) is DeviceContext for mode in stack):
+    stack = _function_mode_stack()
+    if not all(type(mode) is _DeviceContext for mode in stack):
         return None
     return tuple(str(mode.device) for mode in stack)
 
@@ -63,10 +61,7 @@ def active_modes() -> str | None:
     outside them only: a mode sees (and may change) every torch call, which a graph's fused
     kernels never make. ``torch.device`` contexts are not such modes (see :func:`device_modes`)."""
     if device_modes() is None:
-        from torch.overrides import _get_current_function_mode_stack
-        from torch.utils._device import DeviceContext
-
-        stack = [m for m in _get_current_function_mode_stack() if type(m) is not DeviceContext]
+        stack = [m for m in _function_mode_stack() if type(m) is not _DeviceContext]
         return f"the TorchFunctionMode {type(stack[-1]).__name__}" if stack else "a TorchFunctionMode"
     if torch._C._len_torch_dispatch_stack():
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
