@@ -108,8 +108,8 @@ def _job_args(la, config: dict, target=None, env=None) -> tuple:
     from .triton_runtime import write_module
 
     return (write_module(la.source, la.digest), la.kernel.function_stem,
-            [b.dtype for b in la.kernel.buffers], la.scalars, la._grid(config), config, target if target is not None else _target(),
-            env if env is not None else _triton_env())
+            [b.dtype for b in la.kernel.buffers], la.scalars, la._grid(config), config,
+            target if target is not None else _target(), env if env is not None else _triton_env())
 
 
 def claim(launcher, config: dict) -> None:
