@@ -341,15 +341,15 @@ def _convert_frame(ctx: CompileContext, code, func, f_locals, watch: _SignalWatc
     watch.start()
     record.emit(record.FrameOffered(function=where(code), code=code))
     entries = _C.get_cache_entries(code)
-    gone = [e for e in entries if e[3].guards.dead()]
+    # An entry whose object checked by identity is gone (a module passed in and dropped) never
+    # passes again: it goes, and no longer counts toward the recompile limit.
+    gone = [(e, why) for e in entries if (why := e[3].guards.dead()) is not None]
     if gone:
-        # An object an entry checked by identity is gone (a module passed in and dropped): it
-        # never passes again, so it goes, and no longer counts toward the recompile limit.
-        entries[:] = [e for e in entries if not e[3].guards.dead()]  # (in place, as release())
+        entries[:] = [e for e in entries if all(e is not g for g, _ in gone)]  # (in place)
     mine = [e for e in entries if e[2] is ctx.callback]
-    gone = [e for e in gone if e[2] is ctx.callback]
+    gone = [why for e, why in gone if e[2] is ctx.callback]
     if gone and not mine:
-        record.emit(record.Recompile(function=where(code), code=code, reason=gone[-1][3].guards.dead(),
+        record.emit(record.Recompile(function=where(code), code=code, reason=gone[-1],
                                      versions=len(gone), dump_dir=ctx.options.dump_dir))
     if mine:
         scope = dict(f_locals)

@@ -599,11 +599,12 @@ class _Lowering:
         c = compute_dtype(out.dtype)
         if target in _ARITHMETIC:
             name = _ARITHMETIC[target]
-            if name in ("maximum", "minimum") or name in ("add", "sub") and on_cpu(node):
+            cpu = on_cpu(node)
+            if name in ("maximum", "minimum") or name in ("add", "sub") and cpu:
                 # eager's CPU add and sub convert a number (or a 0-dim fp32 tensor) to a
-                # fp16/bf16 result's dtype first; its mul and div, and CUDA's add, do not
+                # fp16/bf16 result's dtype first; its mul and div do not
                 ops = [self.operand_in(a, out.dtype, level) for a in args]
-            elif not on_cpu(node):
+            elif not cpu:
                 # eager's CUDA kernels read a tensor of another dtype (a 0-dim fp32 or int64
                 # tensor beside fp16 ones) converted to the result's dtype, and take a number
                 # as it is (in fp32)
