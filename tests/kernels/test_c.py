@@ -870,6 +870,32 @@ def test_softmax_takes_the_next_row_s_max_in_its_exp_tile(tmp_path, isa, threads
     assert_close_to_eager(got, scores(a, w))
 
 
+def test_a_tiled_op_that_needs_another_takes_a_later_step_of_the_tile(tmp_path, isa, threads,
+                                                                     monkeypatch):
+    # An fp16 SwiGLU rounds silu's value to fp16 (eager's silu returns fp16) before the
+    # multiply; that rounding's operand takes exp. The tile takes exp, then the rounding
+    # (fj_round_h_tile), each in its own step, where the rounding was the integer form inside
+    # the loop. NaN, inf, values that overflow fp16 after the multiply, subnormal results, and
+    # lengths with a tail: the plain loop's bits and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+
+    def swiglu(a, b):
+        return torch.nn.functional.silu(a) * b
+
+    for n in (c_render.STORE_TILE * 2 + 37, 1000):
+        a = (torch.randn(3, n) * 6).half()
+        b = (torch.randn(3, n) * 4).half()
+        a[0, 3], a[1, 7], a[2, 11], b[0, 5] = float("nan"), float("inf"), float("-inf"), 60000.0
+        a[0, 5], a[1, 1], b[1, 1] = 30.0, -1e-4, 1e-3
+        got, plain, source = _tiles_and_plain(swiglu, (a, b), monkeypatch)
+        body = source[source.index("#if FJ_VEC_TILES"):]
+        assert "fj_exp_tile(" in body and "fj_round_h_tile(" in body, source
+        assert body.index("fj_exp_tile(") < body.index("fj_round_h_tile("), source
+        _assert_same_bits(got, plain)
+        assert_close_to_eager(got, swiglu(a, b))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
 def test_rows_of_no_whole_number_of_vectors(tmp_path, isa, threads, monkeypatch, dtype):
