@@ -898,6 +898,63 @@ def test_a_tiled_op_that_needs_another_takes_a_later_step_of_the_tile(tmp_path, 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
+def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, monkeypatch, dtype):
+    # With STREAM_BYTES lowered to 1, every static kernel writes its fp32/fp16/bf16 outputs
+    # through non-temporal stores: an RMSNorm, a residual + layer norm (two outputs), an add,
+    # over rows of 1000, 77 (rows start unaligned: a head of plain stores) and 3, and rows
+    # enough for the threads to share (the other threads' stores). NaN, inf,
+    # -0.0 and values that round to inf in bf16/fp16. The plain loop's bits (sums within
+    # rounding) and eager's values; the functions end with sfence.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+    monkeypatch.setattr(c_render, "STREAM_BYTES", 1)
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    def residual_ln(x, r, w):
+        h = x + r
+        return h, torch.nn.functional.layer_norm(h, (h.shape[-1],), w, None, 1e-5)
+
+    def add(x, r):
+        return x + r
+
+    stream = {torch.float32: "fj_stream_tile(", torch.float16: "fj_f2h_stream_tile(",
+              torch.bfloat16: "fj_f2bf_stream_tile("}[dtype]
+    for rows, n in ((5, 1000), (5, 77), (5, 3), (2 * c_render.PARALLEL_MIN // 1000, 1000)):
+        x = torch.randn(rows, n).to(dtype)
+        r = torch.randn(rows, n).to(dtype)
+        w = torch.randn(n).to(dtype)
+        x[0, 1], x[1, 0], x[2, n - 1], r[3, 0] = float("nan"), float("inf"), -0.0, float("-inf")
+        big = 3.3e38 if dtype == torch.bfloat16 else 6.5e4 if dtype == torch.float16 else 3e38
+        x[4, :] = big
+        r[4, :] = big
+        for fn, args, sums in ((rms, (x, w), True), (residual_ln, (x, r, w), True),
+                               (add, (x, r), False)):
+            got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
+            assert stream in source and "fj_sfence();" in source, source
+            _assert_same_bits(got, plain, sums=sums)
+            # (an fp16 RMSNorm's mean, rounded to fp16, can land an ulp from eager's, whose sum
+            # adds in another order: two ulps in its products)
+            rtol = 4e-3 if fn is rms and dtype == torch.float16 else None
+            assert_close_to_eager(got, fn(*args), rtol=rtol)
+
+
+def test_only_outputs_of_stream_bytes_or_more_stream():
+    # The threshold as shipped: an fp32 add of two 4096x1024 tensors (16 MiB out) streams, one
+    # of 1024x1024 does not.
+    def add(x, y):
+        return x + y
+
+    for rows, streams in ((4096, True), (1024, False)):
+        x = torch.randn(rows, 1024)
+        _, backend = run_kernels(add, x, x)
+        (kernel,) = backend.kernels
+        assert ("fj_stream_tile(" in kernel.source) == streams, rows
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
 def test_rows_of_no_whole_number_of_vectors(tmp_path, isa, threads, monkeypatch, dtype):
     # Softmax and log-softmax over rows of 24, 77 and 100: the max runs the whole vectors and
     # the rest as two loops (NaN and inf in the rest), the tiles read and write their partial last vector masked. NaN,
