@@ -810,18 +810,21 @@ static inline void fj_stream_tile(const float *restrict f, float *restrict d, in
     for (; i < n; i++)
         d[i] = f[i];
 }
-static inline void fj_f2h_stream_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
-    int64_t i = 0;
-    for (; i < n && ((uintptr_t)(h + i) & (sizeof(fj_vh) - 1)); i++)
-        h[i] = fj_f2h(f[i]);
-    for (; i + FJ_VW <= n; i += FJ_VW) {
-        fj_vf v;
-        memcpy(&v, f + i, sizeof v);
-        FJ_STREAM16(h + i, fj_f2hv(v));
+/* f[0..n) converted by one (a vector at a time by vec) and streamed to h */
+#define FJ_HALF_STREAM_TILE(name, one, vec)                                                  \
+    static inline void name(const float *restrict f, uint16_t *restrict h, int64_t n) {     \
+        int64_t i = 0;                                                                      \
+        for (; i < n && ((uintptr_t)(h + i) & (sizeof(fj_vh) - 1)); i++)                  \
+            h[i] = one(f[i]);                                                               \
+        for (; i + FJ_VW <= n; i += FJ_VW) {                                                \
+            fj_vf v;                                                                        \
+            memcpy(&v, f + i, sizeof v);                                                    \
+            FJ_STREAM16(h + i, vec(v));                                                     \
+        }                                                                                   \
+        for (; i < n; i++)                                                                  \
+            h[i] = one(f[i]);                                                               \
     }
-    for (; i < n; i++)
-        h[i] = fj_f2h(f[i]);
-}
+FJ_HALF_STREAM_TILE(fj_f2h_stream_tile, fj_f2h, fj_f2hv)
 /* fj_f2bf over a vector: round to nearest even in 32-bit lanes, NaN as 0x7fc0 */
 static inline fj_vh fj_f2bfv(fj_vf v) {
     typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
@@ -831,18 +834,7 @@ static inline fj_vh fj_f2bfv(fj_vf v) {
     u = (u & ~nan) | (nan & 0x7fc00000u);
     return __builtin_convertvector(u >> 16, fj_vh);
 }
-static inline void fj_f2bf_stream_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
-    int64_t i = 0;
-    for (; i < n && ((uintptr_t)(h + i) & (sizeof(fj_vh) - 1)); i++)
-        h[i] = fj_f2bf(f[i]);
-    for (; i + FJ_VW <= n; i += FJ_VW) {
-        fj_vf v;
-        memcpy(&v, f + i, sizeof v);
-        FJ_STREAM16(h + i, fj_f2bfv(v));
-    }
-    for (; i < n; i++)
-        h[i] = fj_f2bf(f[i]);
-}
+FJ_HALF_STREAM_TILE(fj_f2bf_stream_tile, fj_f2bf, fj_f2bfv)
 #define fj_sfence() __builtin_ia32_sfence()
 #endif
 
