@@ -151,12 +151,12 @@ REG_TILE = 32
 #: A sum of a 16-bit load's squares (an RMSNorm's) adds them as the tile converts the load
 #: (fj_h2f_sum_tile_squares); False: the loop stores the squares for fj_sum_tile (for tests).
 SQUARE_SUMS = True
-#: A static kernel whose outputs take at least this many bytes writes its fp32, fp16 and bf16
-#: stores in vector tiles with non-temporal stores (fj_stream_tile, fj_f2h_stream_tile,
-#: fj_f2bf_stream_tile): such outputs (half this machine's 32 MB L3) leave the caches before
-#: anything reads them, and a plain store first reads each line from memory, a third of a
-#: one-input kernel's traffic (an fp32 RMSNorm over 4096x1024 0.8x Inductor's speed before,
-#: 1.4x after; add 1.9x).
+#: A static kernel whose outputs take at least this many bytes writes its fp32 and fp16 stores
+#: in vector tiles with non-temporal stores (fj_stream_tile, fj_f2h_stream_tile): such outputs
+#: (half this machine's 32 MB L3) leave the caches before anything reads them, and a plain
+#: store first reads each line from memory, a third of a one-input kernel's traffic (an fp32
+#: RMSNorm over 4096x1024 0.8x Inductor's speed before, 1.2-1.4x after; add 1.7-1.9x). bf16
+#: stores stay in their plain loops (tiles showed no gain there).
 STREAM_BYTES = 16 << 20
 #: The ops a vector tile computes, and the prelude's function that does (see _tile_function).
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
@@ -791,8 +791,7 @@ static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, in
         h[i] = fj_f2h(f[i]);
 #endif
 }
-/* fj_f2h_tile and a plain copy of floats (and bf16 rounding below), in non-temporal stores
-   (vmovntps, vmovntdq) where
+/* fj_f2h_tile and a plain copy of floats, in non-temporal stores (vmovntps, vmovntdq) where
    the destination is aligned to a vector: a kernel whose outputs are far bigger than the caches
    writes them without reading each line first (see the renderer's STREAM_BYTES; an fp32 RMSNorm
    of 16 MB 1.3x faster). The function that streams ends with fj_sfence; the other threads'
@@ -810,31 +809,18 @@ static inline void fj_stream_tile(const float *restrict f, float *restrict d, in
     for (; i < n; i++)
         d[i] = f[i];
 }
-/* f[0..n) converted by one (a vector at a time by vec) and streamed to h */
-#define FJ_HALF_STREAM_TILE(name, one, vec)                                                  \
-    static inline void name(const float *restrict f, uint16_t *restrict h, int64_t n) {     \
-        int64_t i = 0;                                                                      \
-        for (; i < n && ((uintptr_t)(h + i) & (sizeof(fj_vh) - 1)); i++)                  \
-            h[i] = one(f[i]);                                                               \
-        for (; i + FJ_VW <= n; i += FJ_VW) {                                                \
-            fj_vf v;                                                                        \
-            memcpy(&v, f + i, sizeof v);                                                    \
-            FJ_STREAM16(h + i, vec(v));                                                     \
-        }                                                                                   \
-        for (; i < n; i++)                                                                  \
-            h[i] = one(f[i]);                                                               \
+static inline void fj_f2h_stream_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
+    int64_t i = 0;
+    for (; i < n && ((uintptr_t)(h + i) & (sizeof(fj_vh) - 1)); i++)
+        h[i] = fj_f2h(f[i]);
+    for (; i + FJ_VW <= n; i += FJ_VW) {
+        fj_vf v;
+        memcpy(&v, f + i, sizeof v);
+        FJ_STREAM16(h + i, fj_f2hv(v));
     }
-FJ_HALF_STREAM_TILE(fj_f2h_stream_tile, fj_f2h, fj_f2hv)
-/* fj_f2bf over a vector: round to nearest even in 32-bit lanes, NaN as 0x7fc0 */
-static inline fj_vh fj_f2bfv(fj_vf v) {
-    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
-    const fj_vu nan = (fj_vu)(v != v);
-    fj_vu u = (fj_vu)v;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u = (u & ~nan) | (nan & 0x7fc00000u);
-    return __builtin_convertvector(u >> 16, fj_vh);
+    for (; i < n; i++)
+        h[i] = fj_f2h(f[i]);
 }
-FJ_HALF_STREAM_TILE(fj_f2bf_stream_tile, fj_f2bf, fj_f2bfv)
 #define fj_sfence() __builtin_ia32_sfence()
 #endif
 
@@ -2041,7 +2027,7 @@ class _Renderer:
                   and k.buffer(k.ops[i].args[0]).dtype == torch.float16]
         if self.stream:
             stores += [i for i in body if k.ops[i].kind == "store" and i not in self.avail
-                       and k.buffer(k.ops[i].args[0]).dtype in (torch.float32, torch.bfloat16)
+                       and k.buffer(k.ops[i].args[0]).dtype == torch.float32
                        and self.contiguous_start(k.ops[i]) is not None]
         return tiled, loads[:MAX_TILED_HALF], stores[:MAX_TILED_HALF]
 
@@ -2214,10 +2200,8 @@ class _Renderer:
             for i in stores:
                 name = k.ops[i].args[0]
                 start = self.contiguous_start(k.ops[i])
-                if k.buffer(name).dtype != torch.float16:
-                    stream = "fj_stream_tile" if k.buffer(name).dtype == torch.float32 \
-                        else "fj_f2bf_stream_tile"
-                    self.lines.append(f"{ind}{stream}(g{i}, {start}, fj_ve - fj_v);")
+                if k.buffer(name).dtype == torch.float32:
+                    self.lines.append(f"{ind}fj_stream_tile(g{i}, {start}, fj_ve - fj_v);")
                     continue
                 convert = "fj_f2h_stream_tile" if self.stream and start else "fj_f2h_tile"
                 self.lines.append(f"{ind}{convert}(g{i}, {start or 'fj_hb'}, fj_ve - fj_v);")
