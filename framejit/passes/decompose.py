@@ -192,6 +192,20 @@ def _parameters_in_eager_s_dtypes(b: Builder, input: Node, params: tuple, *, cud
                for p in params)
 
 
+def _centered_moments(b: Builder, x: Node, dims: list[int]) -> tuple[Node, Node, Node, Node]:
+    """(x less its mean, the variance, sum(x)/n, its correction c) over ``dims`` (the mean is
+    sum(x)/n + c), by the corrected two-pass
+    algorithm: d = x - sum(x)/n leaves the mean's rounding in every value (a row of equal values
+    centered to an ulp of them, which a layer norm's rsqrt(eps) made 5e-4 where eager's Welford
+    moments give 0), so the pass that sums d*d sums d too, and its mean c is taken off: d - c,
+    and the variance sum(d*d)/n - c*c. The same passes as before, one more sum in the second."""
+    mean = b.mean(x, dims)
+    d = b.sub(x, mean)
+    c = b.mean(d, dims)
+    var = b.sub(b.mean(b.mul(d, d), dims), b.mul(c, c))
+    return b.sub(d, c), var, mean, c
+
+
 def _layer_norm(b: Builder, input, normalized_shape, weight, bias, eps) -> Node | None:
     if not is_float_tensor(input) or type(eps) not in (int, float):
         return None
@@ -203,8 +217,7 @@ def _layer_norm(b: Builder, input, normalized_shape, weight, bias, eps) -> Node 
     if dims is None:
         return None
     x = b.upcast(input)
-    d = b.sub(x, b.mean(x, dims))
-    var = b.mean(b.mul(d, d), dims)
+    d, var, _, _ = _centered_moments(b, x, dims)
     r = b.mul(d, b.unary("rsqrt", b.add(var, eps)))
     return b.convert(_affine(b, r, weight, bias), b.out.dtype)
 
@@ -277,11 +290,10 @@ def _batch_norm(
             # n <= 1: eager raises "Expected more than 1 value per channel"; with symbolic
             # sizes, the running variance's n / (n - 1) is a size: left to torch.
             return None
-        mean = b.mean(x, dims)
-        d = b.sub(x, mean)
-        var = b.mean(b.mul(d, d), dims)
+        d, var, mean, c = _centered_moments(b, x, dims)
         r = b.mul(d, b.unary("rsqrt", b.add(var, eps)))
         if running_mean is not None:
+            mean = b.add(mean, c)
             _update_running_stat(b, running_mean, b.view(mean, [channels]), momentum)
             unbiased = b.mul(b.view(var, [channels]), n / (n - 1))
             _update_running_stat(b, running_var, unbiased, momentum)

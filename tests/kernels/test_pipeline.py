@@ -54,6 +54,39 @@ def test_each_pattern_is_one_kernel_and_matches_eager(name, dtype, device):
     assert_close_to_eager(got, fn(*args))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
+def test_layer_norm_of_a_row_of_equal_values_is_its_bias(dtype, device):
+    # x - sum(x)/n left the mean's rounding in each value of a row of equal values, and
+    # rsqrt(eps) made it 5e-4 where eager gives exactly the bias; the corrected two-pass form
+    # takes the mean of x - mean off again. Rows of 24 and 1000, through the renderer and the
+    # reference interpreter; and a training batch norm's constant channel (eager itself is
+    # 4e-4 off there: ours is the bias exactly, within eager's error of it).
+    def ln(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    for n in (24, 1000):
+        x = torch.randn(6, n, device=device).to(dtype)
+        x[1], x[4] = 37.123, -0.3
+        w = torch.randn(n, device=device).to(dtype)
+        b = torch.randn(n, device=device).to(dtype)
+        for reference in (False, True):
+            got, _ = run_kernels(ln, x, w, b, reference=reference)
+            assert torch.equal(got[1], b) and torch.equal(got[4], b), (n, reference)
+            assert_close_to_eager(got, ln(x, w, b))
+    x = torch.randn(4, 3, 5, 5, device=device).to(dtype)
+    x[:, 1] = 37.123
+    w, b = torch.randn(3, device=device).to(dtype), torch.randn(3, device=device).to(dtype)
+
+    def bn(x, w, b):
+        return F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)
+
+    got, backend = run_kernels(bn, x, w, b)
+    assert backend.kernels
+    assert torch.equal(got[:, 1], b[1].expand(4, 5, 5))
+    assert_close_to_eager(got, bn(x, w, b), atol=1e-3 if dtype == torch.float32 else None)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("form", ["to", "method", "sum_dtype", "softmax_dtype", "from_int"])
 @pytest.mark.parametrize("reference", [False, True], ids=["renderer", "reference"])

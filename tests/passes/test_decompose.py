@@ -106,8 +106,11 @@ def test_layer_norm(rewrite, dtype, layout, affine):
     w = make((8,), dtype) if affine != "none" else None
     b = make((8,), dtype) if affine == "both" else None
     result = rewrite(decompose, lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5), x, w, b)
-    expected = [aten.sum.dim_IntList, aten.div.Tensor, aten.sub.Tensor, aten.mul.Tensor,
-                aten.sum.dim_IntList, aten.div.Tensor, aten.add.Tensor, aten.rsqrt.default,
+    # mean; d = x - mean; c = mean(d); var = mean(d * d) - c * c; (d - c) * rsqrt(var + eps)
+    expected = [aten.sum.dim_IntList, aten.div.Tensor, aten.sub.Tensor,
+                aten.sum.dim_IntList, aten.div.Tensor, aten.mul.Tensor,
+                aten.sum.dim_IntList, aten.div.Tensor, aten.mul.Tensor, aten.sub.Tensor,
+                aten.sub.Tensor, aten.add.Tensor, aten.rsqrt.default,
                 aten.mul.Tensor]  # fmt: skip
     expected += {"none": [], "weight": [aten.mul.Tensor],
                  "both": [aten.mul.Tensor, aten.add.Tensor]}[affine]  # fmt: skip
