@@ -495,6 +495,40 @@ static inline float fj_sum_tile(const float *restrict e, int64_t n) {
         a1 += FJ_TAIL_LOAD(e + i, m);
     return fj_lanes_sum(a0, a1, a2, a3);
 }
+/* The sum of e[0..n) as fj_sum_tile adds it, and into *sq the sum of their squares as
+   fj_sum_tile would add them, in one pass (a layer norm's x - mean and its squares, for the
+   corrected variance: two passes over the row took the fp16 layer norm 1.15x longer) */
+static inline float fj_sum_sq_tile(const float *restrict e, int64_t n, float *restrict sq) {
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, q0 = a0, q1 = a0, q2 = a0, q3 = a0, v;
+    int64_t i = 0;
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
+        a0 += v;
+        q0 += v * v;
+        memcpy(&v, e + i + FJ_VW, sizeof v);
+        a1 += v;
+        q1 += v * v;
+        memcpy(&v, e + i + 2 * FJ_VW, sizeof v);
+        a2 += v;
+        q2 += v * v;
+        memcpy(&v, e + i + 3 * FJ_VW, sizeof v);
+        a3 += v;
+        q3 += v * v;
+    }
+    for (; i + FJ_VW <= n; i += FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
+        a0 += v;
+        q0 += v * v;
+    }
+    const int64_t m = n - i; /* < FJ_VW */
+    if (m > 0 && m < FJ_VW) {
+        v = FJ_TAIL_LOAD(e + i, m);
+        a1 += v;
+        q1 += v * v;
+    }
+    *sq = fj_lanes_sum(q0, q1, q2, q3);
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
 /* f over e[0..n) in place (as FJ_TILE_FUNCTION), and the sum of the results as fj_sum_tile
    adds them, in one pass: fj_exp_sum_tile (a log-softmax's sum of exps) and fj_round_h_sum_tile
    (a residual's sum for its norm, rounded to fp16 as its kernel also stores it); the tail's
@@ -2102,6 +2136,21 @@ class _Renderer:
                         and op.args[0] not in squares):
                     squares[op.args[0]] = i
                     summed[i] = None
+            # A sum of a value's squares beside the sum of the value (a layer norm's corrected
+            # variance): both from the value's array in one pass (fj_sum_sq_tile), the squares
+            # not stored.
+            paired: dict[int, int] = {}
+            for j, src in tile_sums:
+                op = k.ops[src]
+                if not (op.kind == "mul" and op.args[0] == op.args[1] and op.dtype == torch.float32
+                        and summed[j] == f"s{j}"):
+                    continue
+                i = next((i for i, s in tile_sums if s == op.args[0] and s not in tiled
+                          and s not in loads and summed[i] is not None
+                          and i not in paired and i not in paired.values()), None)
+                if i is not None and j not in paired:
+                    paired[i] = j
+                    summed[j] = None
             arrays = ([f"e{i}" for i in tiled if i not in kept]
                       + [f"f{i}" for i in loads if i not in kept]
                       + [f"g{i}" for i in stores]
@@ -2194,8 +2243,11 @@ class _Renderer:
                 self.lines.extend(f"{inner}{line}" for line in tail)
                 self.lines.append(f"{ind}}}")
             for i, _ in tile_sums:
-                if (i not in summing.values() and i != exp_sum and i not in fused_sums
-                        and i not in squares.values()):
+                if i in paired:
+                    self.lines.append(f"{ind}{{ float fj_q; c{i} += fj_sum_sq_tile({summed[i]}, "
+                                      f"fj_ve - fj_v, &fj_q); c{paired[i]} += fj_q; }}")
+                elif (i not in summing.values() and i != exp_sum and i not in fused_sums
+                        and i not in squares.values() and i not in paired.values()):
                     self.lines.append(f"{ind}c{i} += fj_sum_tile({summed[i]}, fj_ve - fj_v);")
             for i in stores:
                 name = k.ops[i].args[0]

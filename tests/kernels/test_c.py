@@ -904,7 +904,8 @@ def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, mo
     # layer norm (two outputs), an add, over rows of 1000, 77 (rows start unaligned: a head of
     # plain stores) and 3, and rows enough for the threads to share (the other threads'
     # stores). NaN, inf, -0.0 and values that round to inf in bf16/fp16. The plain loop's
-    # bits (sums within rounding) and eager's values; the functions end with sfence.
+    # bits (sums within rounding) and eager's values; the functions end with sfence. The
+    # layer norm's variance also takes its two sums in one pass (fj_sum_sq_tile).
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
     monkeypatch.setattr(c_render, "STREAM_BYTES", 1)
@@ -932,6 +933,8 @@ def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, mo
         for fn, args, sums in ((rms, (x, w), True), (residual_ln, (x, r, w), True),
                                (add, (x, r), False)):
             got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
+            if fn is residual_ln:  # the variance's two sums in one pass over x - mean
+                assert "fj_sum_sq_tile(" in source, source
             if stream is None:  # bf16 stores keep their plain loops
                 assert "stream_tile(" not in source, source
             else:
