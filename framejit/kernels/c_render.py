@@ -2142,13 +2142,13 @@ class _Renderer:
             paired: dict[int, int] = {}
             for j, src in tile_sums:
                 op = k.ops[src]
-                if not (op.kind == "mul" and op.args[0] == op.args[1] and op.dtype == torch.float32
-                        and summed[j] == f"s{j}"):
+                if (j in paired or summed[j] != f"s{j}" or op.kind != "mul"
+                        or op.args[0] != op.args[1] or op.dtype != torch.float32):
                     continue
                 i = next((i for i, s in tile_sums if s == op.args[0] and s not in tiled
                           and s not in loads and summed[i] is not None
                           and i not in paired and i not in paired.values()), None)
-                if i is not None and j not in paired:
+                if i is not None:
                     paired[i] = j
                     summed[j] = None
             arrays = ([f"e{i}" for i in tiled if i not in kept]

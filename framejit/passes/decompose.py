@@ -194,11 +194,11 @@ def _parameters_in_eager_s_dtypes(b: Builder, input: Node, params: tuple, *, cud
 
 def _centered_moments(b: Builder, x: Node, dims: list[int]) -> tuple[Node, Node, Node, Node]:
     """(x less its mean, the variance, sum(x)/n, its correction c) over ``dims`` (the mean is
-    sum(x)/n + c), by the corrected two-pass
-    algorithm: d = x - sum(x)/n leaves the mean's rounding in every value (a row of equal values
-    centered to an ulp of them, which a layer norm's rsqrt(eps) made 5e-4 where eager's Welford
-    moments give 0), so the pass that sums d*d sums d too, and its mean c is taken off: d - c,
-    and the variance sum(d*d)/n - c*c. The same passes as before, one more sum in the second."""
+    sum(x)/n + c), by the corrected two-pass algorithm: d = x - sum(x)/n leaves the mean's
+    rounding in every value (a row of equal values centered to an ulp of them, which a layer
+    norm's rsqrt(eps) made 5e-4 where eager's Welford moments give 0), so the pass that sums
+    d*d sums d too, and its mean c is taken off: d - c, and the variance sum(d*d)/n - c*c. The
+    same passes as before, one more sum in the second."""
     mean = b.mean(x, dims)
     d = b.sub(x, mean)
     c = b.mean(d, dims)
