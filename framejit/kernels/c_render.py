@@ -158,6 +158,9 @@ SQUARE_SUMS = True
 #: RMSNorm over 4096x1024 0.8x Inductor's speed before, 1.2-1.4x after; add 1.7-1.9x). bf16
 #: stores stay in their plain loops (tiles showed no gain there).
 STREAM_BYTES = 16 << 20
+#: Loops over fp16 values as explicit vector code (see the renderer's vector_body) where they
+#: take only ops it has; False: in vector tiles, as before it (tests of the tiles' paths).
+VECTOR_BODY = True
 #: The ops a vector tile computes, and the prelude's function that does (see _tile_function).
 _TILE_FUNCTIONS = {"exp": "fj_exp_tile", "sigmoid": "fj_sigmoid_tile"}
 #: Tile functions that also sum their results in the same pass, as fj_sum_tile adds them.
@@ -357,6 +360,10 @@ static inline fj_vf fj_h2fv(fj_vh w) {
 static inline fj_vh fj_f2hv(fj_vf v) {
     return __builtin_ia32_vcvtps2ph512_mask(v, 0, (fj_vh){0}, (short)-1);
 }
+/* 16-bit lanes zero-extended to 32 (vpmovzxwd) and 32-bit lanes truncated to 16 (vpmovdw):
+   gcc 12 splits __builtin_convertvector's into 256-bit halves and an insert */
+#define FJ_WIDEN16(w) __builtin_ia32_pmovzxwd512_mask((w), (fj_vi){0}, (short)-1)
+#define FJ_NARROW16(v) __builtin_ia32_pmovdw512_mask((v), (fj_vh){0}, (short)-1)
 /* Non-temporal stores of a vector of floats (halfs) to an address aligned to its size */
 #define FJ_STREAM(p, v) __builtin_ia32_movntps512((float *)(p), (v))
 typedef long long fj_vq __attribute__((vector_size(32)));
@@ -401,6 +408,8 @@ static inline fj_vf fj_h2fv(fj_vh w) {
 static inline fj_vh fj_f2hv(fj_vf v) {
     return __builtin_ia32_vcvtps2ph256(v, 0);
 }
+#define FJ_WIDEN16(w) __builtin_ia32_pmovzxwd256((w))
+#define FJ_NARROW16(v) __builtin_convertvector((v), fj_vh)
 #define FJ_STREAM(p, v) __builtin_ia32_movntps256((float *)(p), (v))
 typedef long long fj_vq __attribute__((vector_size(16)));
 #define FJ_STREAM16(p, w) __builtin_ia32_movntdq((fj_vq *)(p), (fj_vq)(w))
@@ -740,9 +749,7 @@ static inline uint16_t fj_f2h(float f) {
    vector stores let its readers' vector loads forward from them: gcc's loop stored bf16 rows
    of 16 in two halves, and a softmax over them ran 2x slower in tiles than in plain loops. */
 static inline fj_vf fj_bf2fv(fj_vh w) {
-    typedef uint16_t fj_vuh __attribute__((vector_size(sizeof(fj_vh))));
-    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
-    return (fj_vf)(__builtin_convertvector((fj_vuh)w, fj_vu) << 16);
+    return (fj_vf)(FJ_WIDEN16(w) << 16);
 }
 /* The last 0 < m < FJ_VW halfs at h converted into f, and as a vector (zeros past m): masked
    vector loads and stores where AVX-512 has them for 16-bit lanes (scalar stores, which a
@@ -809,6 +816,65 @@ static inline fj_vf fj_bf2fv(fj_vh w) {
     FJ_HALF_SUM(h2f, vec, sum_tile##_squares, convert, FJ_TERM_SQUARE)
 FJ_HALF_TILES(fj_h2f, fj_h2f_vec, fj_h2f_tile, fj_h2f_sum_tile, fj_h2fv)
 FJ_HALF_TILES(fj_bf2f, fj_bf2f_vec, fj_bf2f_tile, fj_bf2f_sum_tile, fj_bf2fv)
+/* A vector loop's loads and stores (see the renderer's vector_body): FJ_VW floats, halfs
+   (converted in the register: vcvtph2ps, vcvtps2ph) or bf16s at p; fj_round_bfv: fj_round_bf
+   lane by lane; fj_vst_nt / fj_vsth_nt: a non-temporal store where p is aligned to the vector
+   (see fj_stream_tile), else a plain one */
+static inline fj_vf fj_vld(const float *p) {
+    fj_vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void fj_vst(float *p, fj_vf v) {
+    memcpy(p, &v, sizeof v);
+}
+static inline fj_vf fj_vldh(const uint16_t *p) {
+    fj_vh w;
+    memcpy(&w, p, sizeof w);
+    return fj_h2fv(w);
+}
+static inline void fj_vsth(uint16_t *p, fj_vf v) {
+    const fj_vh w = fj_f2hv(v);
+    memcpy(p, &w, sizeof w);
+}
+static inline fj_vf fj_vldbf(const uint16_t *p) {
+    fj_vh w;
+    memcpy(&w, p, sizeof w);
+    return fj_bf2fv(w);
+}
+static inline fj_vf fj_round_bfv(fj_vf v) {
+    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
+    fj_vu u = (fj_vu)v;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const fj_vi nan = v != v;
+    return (fj_vf)(((fj_vi)u & ~nan) | (nan & 0x7fc00000));
+}
+static inline void fj_vstbf(uint16_t *p, fj_vf v) {
+    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
+    const fj_vh w = FJ_NARROW16((fj_vi)((fj_vu)fj_round_bfv(v) >> 16));
+    memcpy(p, &w, sizeof w);
+}
+static inline void fj_vst_nt(float *p, fj_vf v) {
+    if (((uintptr_t)p & (sizeof(fj_vf) - 1)) == 0)
+        FJ_STREAM(p, v);
+    else
+        fj_vst(p, v);
+}
+static inline void fj_vsth_nt(uint16_t *p, fj_vf v) {
+    const fj_vh w = fj_f2hv(v);
+    if (((uintptr_t)p & (sizeof(fj_vh) - 1)) == 0)
+        FJ_STREAM16(p, w);
+    else
+        memcpy(p, &w, sizeof w);
+}
+/* relu, maximum, minimum (NaN wins) and abs, as the scalar loop computes them */
+static inline fj_vf fj_vsel(fj_vi m, fj_vf a, fj_vf b) {
+    return (fj_vf)(((fj_vi)a & m) | ((fj_vi)b & ~m));
+}
+#define fj_vrelu(x) ((fj_vf)((fj_vi)(x) & ~((x) < FJ_V(0.0f))))
+#define fj_vmaximum(x, y) fj_vsel(((x) > (y)) | ((x) != (x)), (x), (y))
+#define fj_vminimum(x, y) fj_vsel(((x) < (y)) | ((x) != (x)), (x), (y))
+#define fj_vabs(x) ((fj_vf)((fj_vi)(x) & 0x7fffffff))
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
     int64_t i = 0;
     for (; i + FJ_VW <= n; i += FJ_VW) {
@@ -1959,6 +2025,14 @@ class _Renderer:
         # bf16 layer norm over rows of 128: 1.2x, of 100 to 1000: up to 1.15x; over rows of 16
         # on AVX2 1.1x). The two widths' choices differ where the length is an odd multiple of
         # 16: then the loop is rendered for each (#if FJ_VW == 16).
+        self.lines.append("#if FJ_VEC_TILES")
+        at = len(self.lines)
+        if self.vector_body(pragma, body, lo, hi, indent, tail, fills) is not None:
+            self.lines.append("#else")
+            self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
+            self.lines.append("#endif")
+            return
+        del self.lines[at - 1:]
         plain = self.vector_tiled(body)
         short_bf16 = bool((tile and tile[2]) or plain[0]) and isinstance(self.rnumel, int) \
             and self.rnumel < 64
@@ -2033,6 +2107,147 @@ class _Renderer:
         self.lines.extend(f"{indent}    {self.kept(i)} = t{i};" for i in fills)
         self.lines.extend(f"{indent}    {line}" for line in tail)
         self.lines.append(f"{indent}}}")
+
+    _VECTOR_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+                   "truediv": "({0} / {1})", "neg": "(-{0})", "exp": "fj_expv({0})",
+                   "sigmoid": "fj_sigmoidv({0})", "relu": "fj_vrelu({0})",
+                   "maximum": "fj_vmaximum({0}, {1})", "minimum": "fj_vminimum({0}, {1})",
+                   "abs": "fj_vabs({0})"}
+
+    def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
+                    tail: list[str], fills) -> list[str] | None:
+        """:meth:`row_loop`'s loop as explicit vector code (gcc's vector extensions, FJ_VW
+        floats a step), or None where it holds an op it does not take. Each fp16 (bf16) load
+        and store converts in the register (vcvtph2ps, vcvtps2ph), where the vector tiles took
+        a pass over an array for each; fp32 sums add into four vector accumulators, four
+        vectors a step. The rest of the row, under a vector, is the plain loop. The same bits
+        as the plain loop, but for the sums' order and a NaN's payload."""
+        k = self.k
+        if self.ahead is not None or self.piece is not None:
+            return None
+        if lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
+            return None
+        sums = []
+        for line in tail:
+            m = re.fullmatch(r"c(\d+) \+= t(\d+);", line)
+            if m is None:
+                return None
+            sums.append((int(m.group(1)), int(m.group(2))))
+        f32 = torch.float32
+        inside = set(body)
+        half = False
+
+        def operand(j) -> str | None:
+            if not is_operand(j):
+                return None
+            if k.ops[j].dtype != f32:
+                return None
+            return f"v{j}" if j in inside else f"FJ_V(t{j})"
+
+        def contiguous(name: str, level) -> str | None:
+            return f"{name} + xo_{name} + r" if self.offset(name, level) == f"xo_{name} + r" else None
+
+        statements: list[str] = []
+        for i in body:
+            op = k.ops[i]
+            if i in self.avail or i in self.shared:
+                if op.dtype != f32:
+                    return None
+                if i in self.shared:
+                    at = f"h{i} + r"
+                elif i in self.scratch:
+                    at = contiguous(self.scratch[i], FULL)
+                    if at is None:
+                        return None
+                else:
+                    at = f"{self.row_buffer(i)} + r"
+                statements.append(f"const fj_vf v{i} = fj_vld({at});")
+                continue
+            if op.kind == "store":
+                name, src = op.args
+                dt = k.buffer(name).dtype
+                at = contiguous(name, op.level)
+                v = operand(src)
+                if at is None or v is None or op.level != FULL:
+                    return None
+                if dt == f32:
+                    fn = "fj_vst_nt" if self.stream else "fj_vst"
+                elif dt == torch.float16:
+                    fn = "fj_vsth_nt" if self.stream else "fj_vsth"
+                elif dt == torch.bfloat16:
+                    fn = "fj_vstbf"
+                else:
+                    return None
+                half |= dt == torch.float16
+                statements.append(f"{fn}({at}, {v});")
+                continue
+            if op.dtype != f32:
+                return None
+            if op.kind == "load":
+                dt = k.buffer(op.args[0]).dtype
+                at = None if spans_of(op) else contiguous(op.args[0], op.level)
+                fn = {f32: "fj_vld", torch.float16: "fj_vldh", torch.bfloat16: "fj_vldbf"}.get(dt)
+                if at is None or fn is None:
+                    return None
+                half |= dt == torch.float16
+                value = f"{fn}({at})"
+            elif op.kind == "const":
+                if isinstance(op.args[0], Sym):
+                    return None
+                value = f"FJ_V({_literal(op.args[0], f32)})"
+            elif op.kind == "round":
+                x = operand(op.args[0])
+                if x is None:
+                    return None
+                half |= op.args[1] == torch.float16
+                value = f"fj_round_hv({x})" if op.args[1] == torch.float16 else f"fj_round_bfv({x})"
+            elif op.kind in self._VECTOR_OPS:
+                xs = [operand(a) for a in op.args]
+                if any(x is None for x in xs):
+                    return None
+                value = self._VECTOR_OPS[op.kind].format(*xs)
+            else:
+                return None
+            statements.append(f"const fj_vf v{i} = {value};")
+        for i in fills:
+            if k.ops[i].dtype != f32 or i not in inside:
+                return None
+            at = contiguous(self.scratch[i], FULL) if i in self.scratch else f"{self.row_buffer(i)} + r"
+            if at is None:
+                return None
+            statements.append(f"fj_vst({at}, v{i});")
+        if any(operand(src) is None or src not in inside for _, src in sums):
+            return None
+        # Only where the loop converts fp16 values: gcc vectorizes fp32 and bf16 loops itself,
+        # and a bf16 RMSNorm ran 1.3x slower in this form (gcc's loop takes two vectors a step
+        # and narrows them to one store with vpermt2w, where a vector's vpmovdw store is slow).
+        if not half or not VECTOR_BODY:
+            return None
+        ind, inner = indent + "    ", indent + "        "
+        lines = [f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
+
+        def step(unroll: int, into) -> None:
+            lines.append(f"{ind}for (; fj_r + {unroll} * FJ_VW <= {hi}; fj_r += {unroll} * FJ_VW) {{")
+            for u in range(unroll):
+                lines.append(f"{inner}{{")
+                lines.append(f"{inner}    const int64_t r = fj_r + {u} * FJ_VW;")
+                lines.extend(f"{inner}    {line}" for line in statements)
+                lines.extend(f"{inner}    fj_s{i}_{into(u)} += v{src};" for i, src in sums)
+                lines.append(f"{inner}}}")
+            lines.append(f"{ind}}}")
+
+        if sums:
+            for i, _ in sums:
+                lines.append(f"{ind}fj_vf fj_s{i}_0 = FJ_V(0.0f), fj_s{i}_1 = fj_s{i}_0, "
+                             f"fj_s{i}_2 = fj_s{i}_0, fj_s{i}_3 = fj_s{i}_0;")
+            step(4, lambda u: u)
+        step(1, lambda u: 0)
+        for i, _ in sums:
+            lines.append(f"{ind}c{i} += fj_lanes_sum(fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3);")
+        self.lines.extend(lines)
+        self.plain_body(pragma, body, "fj_r", hi, ind, tail, fills)
+        self.lines.append(f"{indent}}}")
+        return lines
 
     def vector_tiled(self, body: list[int], bf16: bool = False) -> tuple[list[int], list[int], list[int]]:
         """What a vector tile computes for ``body``: its fp32 exp, sigmoid and fp16 rounding ops

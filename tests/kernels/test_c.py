@@ -476,7 +476,8 @@ def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
     (launcher,) = backend.kernels
     assert "(fj_scratch)" not in launcher.source
     # in the plain loops: the sum's (its blocks of SUM_LANES and the rest) and the store's
-    assert launcher.source.count("fj_expf(") == 3, launcher.source
+    plain = re.sub(r"#if FJ_VEC_TILES.*?#else", "", launcher.source, flags=re.S)
+    assert plain.count("fj_expf(") == 3, launcher.source
 
 
 def test_a_row_cut_in_parts_keeps_exp_in_its_output_row(threads):
@@ -664,6 +665,14 @@ def _compiler_takes_vector_tiles(tmp_path, check: str = "!FJ_VEC_TILES") -> bool
     flags = [f for f in c_runtime.FLAGS if f not in ("-shared", "-fPIC")]
     return subprocess.run([*command, *flags, "-fsyntax-only", str(source)],
                           capture_output=True).returncode == 0
+
+
+@pytest.fixture(params=["tiles", "vector"])
+def body(request, monkeypatch):
+    """fp16 loops in vector tiles (VECTOR_BODY off), or as explicit vector code where the
+    renderer's vector_body takes them."""
+    monkeypatch.setattr(c_render, "VECTOR_BODY", request.param == "vector")
+    return request.param
 
 
 @pytest.fixture(params=["native", "avx2"])
@@ -877,6 +886,7 @@ def test_a_tiled_op_that_needs_another_takes_a_later_step_of_the_tile(tmp_path, 
     # (fj_round_h_tile), each in its own step, where the rounding was the integer form inside
     # the loop. NaN, inf, values that overflow fp16 after the multiply, subnormal results, and
     # lengths with a tail: the plain loop's bits and eager's values.
+    monkeypatch.setattr(c_render, "VECTOR_BODY", False)  # the tiles' path, not vector code
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
 
@@ -898,7 +908,8 @@ def test_a_tiled_op_that_needs_another_takes_a_later_step_of_the_tile(tmp_path, 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
-def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, monkeypatch, dtype):
+def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, monkeypatch, dtype,
+                                                      body):
     # With STREAM_BYTES lowered to 1, every static kernel writes its fp32/fp16 outputs
     # through non-temporal stores (bf16 ones through plain stores): an RMSNorm, a residual +
     # layer norm (two outputs), an add, over rows of 1000, 77 (rows start unaligned: a head of
@@ -935,10 +946,14 @@ def test_kernels_with_big_outputs_stream_their_stores(tmp_path, isa, threads, mo
             got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
             if fn is residual_ln:  # the variance's two sums in one pass over x - mean
                 assert "fj_sum_sq_tile(" in source, source
+            # fp16 loops as vector code stream each whole vector (fj_vsth_nt): not rows under
+            # a vector (the add's loop takes all 15 points)
+            vector = body == "vector" and dtype == torch.float16 and (n >= 8 or fn is add)
             if stream is None:  # bf16 stores keep their plain loops
                 assert "stream_tile(" not in source, source
             else:
-                assert stream in source and "fj_sfence();" in source, source
+                assert (stream if not vector else "fj_vsth_nt(") in source, source
+                assert "fj_sfence();" in source, source
             # (a layer norm takes off the mean c of x - mean: summed in another order, c moves by
             # an ulp of it, and its outputs near 0 by some 1e-8)
             _assert_same_bits(got, plain, sums=sums, atol=1e-6 if fn is residual_ln else 1e-30)
@@ -983,7 +998,8 @@ def test_rows_of_no_whole_number_of_vectors(tmp_path, isa, threads, monkeypatch,
             assert_close_to_eager(got, fn(x))
 
 
-def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch):
+def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch,
+                                                         body):
     # fp16 loads and stores converted a tile at a time (vcvtph2ps/vcvtps2ph): contiguous ones
     # in place, strided and broadcast ones through a copy; a reduction whose fp16 input is
     # kept in a row buffer; a row of pieces (rotate_half); rows past a tile with a tail; NaN,
@@ -1001,22 +1017,80 @@ def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads
         a, b = x[..., :350], x[..., 350:]
         return x * 0.5 + torch.cat([-b, a], -1) * 2.0
 
-    cases = [(lambda x, y: x + y, (x, y), lambda: x + y, False),
+    # The last field: whether vector code takes the fp16 loops (not a strided load, nor a row
+    # of pieces: those keep their tiles).
+    cases = [(lambda x, y: x + y, (x, y), lambda: x + y, False, False),
              (lambda x, w: (x.float() * 300.0 + w).half(), (x, w),
-              lambda: (x.float() * 300.0 + w).half(), False),
-             (lambda x: x - x.mean(-1, keepdim=True), (x,), lambda: x - x.mean(-1, keepdim=True), True),
-             (lambda x: torch.softmax(x, -1), (long,), lambda: torch.softmax(long, -1), True),
+              lambda: (x.float() * 300.0 + w).half(), False, True),
+             (lambda x: x - x.mean(-1, keepdim=True), (x,), lambda: x - x.mean(-1, keepdim=True),
+              True, True),
+             (lambda x: torch.softmax(x, -1), (long,), lambda: torch.softmax(long, -1), True, True),
              (lambda x, w: torch.nn.functional.layer_norm(x, (700,), w, w), (x, w),
-              lambda: torch.nn.functional.layer_norm(x.float(), (700,), w.float(), w.float()).half(), True),
-             (rotary, (x,), lambda: rotary(x), False)]
-    for fn, args, eager, sums in cases:
+              lambda: torch.nn.functional.layer_norm(x.float(), (700,), w.float(), w.float()).half(),
+              True, True),
+             (rotary, (x,), lambda: rotary(x), False, False)]
+    for fn, args, eager, sums, vector in cases:
         got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
-        assert ("fj_h2f_tile(" in source or "fj_h2f_sum_tile(" in source), source
-        assert "fj_f2h_tile(" in source, source
-        assert any(f"{name}(" in source for name in ("fj_sum_tile", "fj_h2f_sum_tile",
-                                                     "fj_exp_sum_tile")) == sums
+        vector = vector and body == "vector"
+        assert ("fj_vsth(" in source) == vector, source
+        if not vector:
+            assert ("fj_h2f_tile(" in source or "fj_h2f_sum_tile(" in source), source
+            assert "fj_f2h_tile(" in source, source
+            assert any(f"{name}(" in source for name in ("fj_sum_tile", "fj_h2f_sum_tile",
+                                                         "fj_exp_sum_tile")) == sums
         _assert_same_bits(got, plain, sums)
         assert_close_to_eager(got, eager())
+
+
+def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch):
+    # fp16 loops as explicit vector code (vector_body): loads and stores convert in the
+    # register, sums add into four vector accumulators, and the rest of the row under a vector
+    # is the plain loop. An RMSNorm rounding each step as eager does, a residual + layer norm
+    # (two outputs), SwiGLU (exp and a rounding of its result), relu, maximum and minimum (NaN
+    # wins), abs, a division, bf16 rounding and stores; rows of 1000 (a tail of 8), 64 (whole blocks of four vectors),
+    # 77 and 3 (only the plain rest). NaN, inf, -0.0, fp16 subnormals and values that round
+    # to inf. The plain loop's bits (sums within rounding) and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+
+    def rms(x, y, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def residual_ln(x, y, w):
+        h = x + y
+        return h, torch.nn.functional.layer_norm(h, (h.shape[-1],), w, w, 1e-5)
+
+    def swiglu(x, y, w):
+        return torch.nn.functional.silu(x) * y
+
+    def mixed(x, y, w):  # bf16 rounding and stores beside fp16 loads
+        return (x.float() * y.to(torch.bfloat16).float()).to(torch.bfloat16)
+
+    def pointwise(x, y, w):  # (each op's NaN its own output's)
+        return torch.maximum(torch.relu(x), y), torch.minimum(x, y).abs() / w - y
+
+    for n in (1000, 64, 77, 3):
+        x = (torch.randn(6, n) * 3).half()
+        y = (torch.randn(6, n) * 3).half()
+        w = torch.randn(n).half()
+        x[0, : min(n, 6)] = torch.tensor([float("nan"), float("inf"), -float("inf"), 6e-8, -0.0,
+                                          65504.0])[: min(n, 6)]
+        y[1, n - 1], y[2, 0], y[2, n // 2] = float("nan"), -0.0, float("nan")
+        x[3, :] = 60000.0  # squares and sums that overflow fp16
+        for fn, sums in ((rms, True), (residual_ln, True), (swiglu, False), (pointwise, False),
+                         (mixed, False)):
+            got, plain, source = _tiles_and_plain(fn, (x, y, w), monkeypatch)
+            # (a row of 3 is under a vector; SwiGLU's loop takes all 18 points, but pointwise's
+            # reads w broadcast over them: its tiles copy it)
+            assert ("fj_vldh(" in source) == (n >= 8 or fn in (swiglu, mixed)), source
+            _assert_same_bits(got, plain, sums=sums, atol=1e-6 if fn is residual_ln else 1e-30)
+            rtol = 4e-3 if fn is rms else None  # (see test_kernels_with_big_outputs_stream...)
+            expected = fn(x, y, w)
+            if fn is residual_ln:  # eager's fp16 layer norm of the row of 60000s gives 2 * w
+                h = x + y
+                expected = h, torch.nn.functional.layer_norm(h.float(), (n,), w.float(), w.float(),
+                                                             1e-5).half()
+            assert_close_to_eager(got, expected, rtol=rtol)
 
 
 def test_fp16_loops_that_draw_random_numbers_convert_in_vector_tiles(tmp_path, isa, threads,
@@ -1083,6 +1157,7 @@ def test_sums_of_half_squares_add_as_the_tile_converts(tmp_path, isa, threads, m
     # of 1000 (a tail), of 24 (short rows), NaN and inf. The same bits as the loop that stored
     # the squares for fj_sum_tile (SQUARE_SUMS off), the plain loop's values within rounding,
     # and eager's.
+    monkeypatch.setattr(c_render, "VECTOR_BODY", False)  # the tiles' path, not vector code
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
     name = "fj_h2f_sum_tile_squares(" if dtype == torch.float16 else "fj_bf2f_sum_tile_squares("
@@ -1171,6 +1246,7 @@ def test_fp16_pointwise_loops_take_tiles_kept_in_registers(tmp_path, isa, monkey
     # A loop that only converts fp16 (an add over rows of 700: 21 tiles of 32 and one of 28)
     # takes tiles of REG_TILE points; one that takes a sigmoid keeps STORE_TILE tiles. The
     # plain loop's bits either way.
+    monkeypatch.setattr(c_render, "VECTOR_BODY", False)  # the tiles' path, not vector code
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
     x, y = (torch.randn(6, 700) * 3).half(), (torch.randn(6, 700) * 3).half()
