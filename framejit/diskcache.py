@@ -2,7 +2,8 @@
 
 Each kind of record has a folder under ``$FRAMEJIT_CACHE_DIR`` (default ``~/.cache/framejit``):
 ``c`` (shared objects of C kernels and their sources), ``triton`` (kernel modules and tuned
-configs), ``meta`` (example values of ops, a folder per torch build). Every new source, compiler,
+configs), ``meta`` (example values of ops, a folder per torch build), ``py`` (the compiled code
+of framejit's generated Python: see :func:`compiled`). Every new source, compiler,
 torch build or venv adds records and none removes any, so a folder that is never pruned grows
 without end (6.4 GB and 1.1 million files after a few hundred test runs here).
 
@@ -20,7 +21,11 @@ A leaf: it imports nothing of framejit, so every layer may use it.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import marshal
 import os
+import sys
 import threading
 import time
 
@@ -178,3 +183,37 @@ def prune(path: str, budget: int) -> int:
         except OSError:
             pass
     return removed
+
+
+def compiled(source: str, filename: str):
+    """``compile(source, filename, "exec")``, kept in the folder ``py`` by the source, the file
+    name and the Python build (marshal's format and the bytecode change between builds):
+    framejit's generated guard functions, entries, graph forwards and kernel launchers, which a
+    first call with warm caches compiled again (GPT-2's guard function, 35 KB of source, took
+    10 ms, and all its generated code 16 ms of a 142 ms first call). A record that cannot be
+    read is compiled again and rewritten."""
+    key = hashlib.sha256("\0".join((sys.version, importlib.util.MAGIC_NUMBER.hex(), filename,
+                                     source)).encode()).hexdigest()[:40]
+    where = folder("py")
+    path = os.path.join(where, key)
+    try:
+        with open(path, "rb") as f:
+            code = marshal.loads(f.read())
+        if getattr(code, "co_filename", None) == filename:
+            return code
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    code = compile(source, filename, "exec")
+    data = marshal.dumps(code)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # whole or absent for a reader in another process
+        note_write(where, len(data))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return code

@@ -132,3 +132,31 @@ def test_a_process_prunes_the_meta_cache_as_it_runs_and_exits_quietly(tmp_path):
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert len(list(stale.glob("*.marshal"))) <= 1
     assert any((tmp_path / "meta").glob("examples-*/*.marshal"))  # this run's records
+
+
+def test_generated_python_compiles_once_and_loads_from_disk_after(fresh, monkeypatch):
+    # framejit's generated code (guards, entries, graph forwards, launchers) is compiled once;
+    # a later request for the same source and file name (another process, a warm cache) loads
+    # the code from disk. A record that cannot be read, or that names another file, is
+    # compiled again and rewritten.
+    import builtins
+
+    compiles = []
+    real_compile = builtins.compile
+    monkeypatch.setattr(builtins, "compile", lambda *a, **k: compiles.append(a[1]) or real_compile(*a, **k))
+    source = "def f(x):\n    return x * 2 + 1\n"
+    first = diskcache.compiled(source, "<framejit-test a>")
+    (record,) = [p for p in (fresh / "py").iterdir() if not p.name.startswith(".")]
+    second = diskcache.compiled(source, "<framejit-test a>")
+    assert compiles == ["<framejit-test a>"]
+    namespace = {}
+    exec(second, namespace)
+    assert namespace["f"](3) == 7 and second.co_filename == "<framejit-test a>"
+    assert second.co_code == first.co_code and second is not first
+    diskcache.compiled(source, "<framejit-test b>")  # another file name: its own record
+    assert compiles == ["<framejit-test a>", "<framejit-test b>"]
+    record.write_bytes(b"\x00garbage")
+    again = diskcache.compiled(source, "<framejit-test a>")
+    assert compiles[-1] == "<framejit-test a>" and again.co_code == first.co_code
+    assert diskcache.compiled(source, "<framejit-test a>").co_code == first.co_code
+    assert len(compiles) == 3  # the rewritten record loads

@@ -24,7 +24,7 @@ ALLOWED = {
     "kernels": {"fx_ir", "_claunch", "record", "diskcache"},
     "passes": {"fx_ir", "record"},
     "backends": {"fx_ir", "record"},
-    "capture": {"fx_ir", "errors", "config", "_C", "record"},
+    "capture": {"fx_ir", "errors", "config", "_C", "record", "diskcache"},
 }
 
 

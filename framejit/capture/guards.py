@@ -18,6 +18,7 @@ import torch
 from torch.overrides import _get_current_function_mode_stack as _function_mode_stack
 from torch.utils._device import DeviceContext as _DeviceContext
 
+from .. import diskcache
 from ..fx_ir.graph_module import NumberPool
 from .sources import ConstNames, Source, SourceLoader
 from .values.lookup import HEAPTYPE
@@ -674,7 +675,7 @@ class GuardSet:
         src, namespace = self.python_source(argnames, fn_name)
         filename = f"<framejit-guard {label}>"
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        exec(compile(src, filename, "exec"), namespace)
+        exec(diskcache.compiled(src, filename), namespace)
         fn = namespace[fn_name]
         _guard_numbers.give_back_when_dead(fn, number)
         fn.__framejit_source__ = src

@@ -19,7 +19,7 @@ import types
 import torch
 from bytecode import UNSET, Bytecode, CellVar, FreeVar, Instr
 
-from .. import _C
+from .. import _C, diskcache
 from ..errors import Unsupported
 from ..fx_ir import Graph, GraphModule
 from ..fx_ir.graph_module import NumberPool
@@ -84,6 +84,9 @@ class OutputGraph:
         self.static_only = False
         #: Writes to the world outside the frame, replayed after the graph.
         self.side_effects = SideEffects()
+        #: (source key, name, method) -> (side-effect version, value): what an inlined
+        #: ``__getattribute__`` of an outside object found (see UserObjectValue.getattr)
+        self.getattribute_memo: dict = {}
         #: id of a globals dict -> (the dict, names the frame read from builtins through it)
         self.builtins_read: dict = {}
         #: The globals of the captured frame's function (to run it again if its graph raises).
@@ -356,7 +359,7 @@ class OutputGraph:
         filename = f"<framejit-entry {label}>"
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
         namespace = dict(cg.names.namespace)
-        exec(compile(src, filename, "exec"), namespace)
+        exec(diskcache.compiled(src, filename), namespace)
         entry = namespace[fn_name]
         _entry_numbers.give_back_when_dead(entry, number)
         entry.__framejit_loads__ = cg.source_expr.sources  # for capture/readable/

@@ -41,6 +41,9 @@ class SideEffects:
         #: the dict's own value or None] (see note_owner); a module's globals dict held as a
         #: value (``globals()``) is here too, with no owner
         self._instance_dicts: dict = {}
+        #: Counts the writes recorded: a value read before is still what the frame would read
+        #: while it is unchanged (see UserObjectValue.getattr).
+        self.version = 0
 
     def __bool__(self) -> bool:
         return bool(self._order)
@@ -191,6 +194,7 @@ class SideEffects:
         self.mutate_container(container)
 
     def _remember(self, key) -> None:
+        self.version += 1
         if key not in self._order:
             self._order.append(key)
 

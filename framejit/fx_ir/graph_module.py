@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import diskcache
 from .codegen import PythonCode
 from .graph import Graph
 from .meta import resolve_qualname
@@ -70,7 +71,7 @@ def compile_python(code: PythonCode, name_hint: str = "graph") -> Callable[..., 
     # mtime None marks the entry as not backed by a file: linecache.checkcache keeps it.
     linecache.cache[filename] = (len(code.src), None, code.src.splitlines(True), filename)
     namespace = dict(code.globals)
-    exec(compile(code.src, filename, "exec"), namespace)
+    exec(diskcache.compiled(code.src, filename), namespace)
     fn = namespace[code.fn_name]
     weakref.finalize(fn, _forget_file, filename, number)
     return fn

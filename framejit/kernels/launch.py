@@ -191,7 +191,7 @@ def launch_function(launcher: KernelLauncher, call: str, namespace: dict[str, An
     lines.append("    " + call.format(args=", ".join(args + outs),
                                         syms="".join(f", {s}" for s in syms)))
     lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ',)'}")
-    exec(compile("\n".join(lines) + "\n", f"<framejit-launch {kernel.name}>", "exec"), namespace)
+    exec(diskcache.compiled("\n".join(lines) + "\n", f"<framejit-launch {kernel.name}>"), namespace)
     return namespace[f"launch_{kernel.name}"]
 
 
