@@ -2120,8 +2120,9 @@ class _Renderer:
         floats a step), or None where it holds an op it does not take. Each fp16 (bf16) load
         and store converts in the register (vcvtph2ps, vcvtps2ph), where the vector tiles took
         a pass over an array for each; fp32 sums add into four vector accumulators, four
-        vectors a step. The rest of the row, under a vector, is the plain loop. The same bits
-        as the plain loop, but for the sums' order and a NaN's payload."""
+        vectors a step. The rest of the row, under a vector, is the plain loop, its sums added
+        in order. The same bits as the plain loop, but for the sums' order and a NaN's
+        payload; a static kernel's and a run-time one's alike."""
         k = self.k
         if self.ahead is not None or self.piece is not None:
             return None
@@ -2245,7 +2246,9 @@ class _Renderer:
         for i, _ in sums:
             lines.append(f"{ind}c{i} += fj_lanes_sum(fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3);")
         self.lines.extend(lines)
-        self.plain_body(pragma, body, "fj_r", hi, ind, tail, fills)
+        # The rest adds in order, without a simd reduction: gcc's vector form of it differs
+        # between a static kernel and a run-time one (another order of the adds).
+        self.plain_body(None if sums else pragma, body, "fj_r", hi, ind, tail, fills)
         self.lines.append(f"{indent}}}")
         return lines
 

@@ -199,6 +199,31 @@ def test_layer_norm_over_a_dynamic_last_dim(threads, thresholds):
                                    rtol=1e-5, atol=1e-5)
 
 
+def test_fp16_rms_norm_over_a_dynamic_last_dim_runs_as_vector_code(threads, thresholds):
+    """An fp16 RMSNorm (its square rounded to fp16, as eager's fp16 pow) over rows of a run-time
+    length: its loops as vector code (vector_body) to a run-time bound, the rest of each row
+    under a vector in the plain loop; eager's values, the reference's, and the static kernel's
+    bits."""
+    def fn(x, inv_n, w):
+        h = P.convert_element_type.default(x, torch.float32)
+        sq = P.convert_element_type.default(
+            P.convert_element_type.default(A.mul.Tensor(h, h), torch.float16), torch.float32)
+        r = A.rsqrt.default(A.add.Tensor(A.mul.Tensor(A.sum.dim_IntList(sq, [-1], True), inv_n), 1e-6))
+        return P.convert_element_type.default(
+            A.mul.Tensor(A.mul.Tensor(h, r), P.convert_element_type.default(w, torch.float32)),
+            torch.float16)
+
+    def inputs(box):
+        x = (torch.randn(box) * 3).half()
+        x[0, box[1] // 2] = float("inf")
+        return x, torch.tensor([1.0 / box[1]]), torch.randn(box[1]).half()
+
+    launcher = run_sizes(fn, inputs((4, 6)), [0, 1], BOXES_2D, inputs, twins=[(40, 1000), (2, 129)],
+                         rtol=4e-3, atol=1e-3)
+    if c_render.VECTOR_BODY:
+        assert "fj_vldh(" in launcher.source and "fj_vsth(" in launcher.source
+
+
 def test_argmax_and_argmin_over_a_dynamic_dim(threads, thresholds):
     def fn(x):
         return A.argmax.default(x, -1, True), A.argmin.default(x, -1, True)
