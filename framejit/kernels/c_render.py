@@ -2113,6 +2113,7 @@ class _Renderer:
                    "sigmoid": "fj_sigmoidv({0})", "relu": "fj_vrelu({0})",
                    "maximum": "fj_vmaximum({0}, {1})", "minimum": "fj_vminimum({0}, {1})",
                    "abs": "fj_vabs({0})"}
+    _VECTOR_COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
     def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
                     tail: list[str], fills) -> list[str] | None:
@@ -2138,12 +2139,13 @@ class _Renderer:
         inside = set(body)
         half = False
 
-        def operand(j) -> str | None:
-            if not is_operand(j):
+        def operand(j, dtype=f32) -> str | None:
+            """A value as a vector: fp32 lanes, or a bool's mask (all ones where true)."""
+            if not is_operand(j) or k.ops[j].dtype != dtype:
                 return None
-            if k.ops[j].dtype != f32:
-                return None
-            return f"v{j}" if j in inside else f"FJ_V(t{j})"
+            if j in inside:
+                return f"v{j}"
+            return f"FJ_V(t{j})" if dtype == f32 else f"((fj_vi){{0}} - (t{j} != 0))"
 
         def contiguous(name: str, level) -> str | None:
             return f"{name} + xo_{name} + r" if self.offset(name, level) == f"xo_{name} + r" else None
@@ -2182,6 +2184,24 @@ class _Renderer:
                 half |= dt == torch.float16
                 statements.append(f"{fn}({at}, {v});")
                 continue
+            if op.dtype == torch.bool:  # a mask, where the plain loop holds 0 or 1
+                if op.kind in self._VECTOR_COMPARES:
+                    xs = [operand(a) for a in op.args]
+                    value = None if None in xs else f"({xs[0]} {self._VECTOR_COMPARES[op.kind]} {xs[1]})"
+                elif op.kind == "isnan":
+                    x = operand(op.args[0])
+                    value = None if x is None else f"({x} != {x})"
+                elif op.kind in ("and", "or", "not"):
+                    xs = [operand(a, torch.bool) for a in op.args]
+                    sym = {"and": "&", "or": "|"}.get(op.kind)
+                    value = None if None in xs else f"(~{xs[0]})" if sym is None else \
+                        f"({xs[0]} {sym} {xs[1]})"
+                else:
+                    value = None
+                if value is None:
+                    return None
+                statements.append(f"const fj_vi v{i} = {value};")
+                continue
             if op.dtype != f32:
                 return None
             if op.kind == "load":
@@ -2202,9 +2222,19 @@ class _Renderer:
                     return None
                 half |= op.args[1] == torch.float16
                 value = f"fj_round_hv({x})" if op.args[1] == torch.float16 else f"fj_round_bfv({x})"
+            elif op.kind == "where":
+                xs = [operand(op.args[0], torch.bool), operand(op.args[1]), operand(op.args[2])]
+                if None in xs:
+                    return None
+                value = f"fj_vsel({xs[0]}, {xs[1]}, {xs[2]})"
+            elif op.kind == "cast" and is_operand(op.args[0]) and k.ops[op.args[0]].dtype == torch.bool:
+                c = operand(op.args[0], torch.bool)
+                if c is None:
+                    return None
+                value = f"(fj_vf)({c} & (fj_vi)FJ_V(1.0f))"
             elif op.kind in self._VECTOR_OPS:
                 xs = [operand(a) for a in op.args]
-                if any(x is None for x in xs):
+                if None in xs:
                     return None
                 value = self._VECTOR_OPS[op.kind].format(*xs)
             else:

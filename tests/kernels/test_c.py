@@ -1047,7 +1047,7 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
     # register, sums add into four vector accumulators, and the rest of the row under a vector
     # is the plain loop. An RMSNorm rounding each step as eager does, a residual + layer norm
     # (two outputs), SwiGLU (exp and a rounding of its result), relu, maximum and minimum (NaN
-    # wins), abs, a division, bf16 rounding and stores; rows of 1000 (a tail of 8), 64 (whole blocks of four vectors),
+    # wins), abs, a division, bf16 rounding and stores, comparisons and where; rows of 1000 (a tail of 8), 64 (whole blocks of four vectors),
     # 77 and 3 (only the plain rest). NaN, inf, -0.0, fp16 subnormals and values that round
     # to inf. The plain loop's bits (sums within rounding) and eager's values.
     if not _compiler_takes_vector_tiles(tmp_path):
@@ -1063,6 +1063,10 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
     def swiglu(x, y, w):
         return torch.nn.functional.silu(x) * y
 
+    def masked(x, y, w):  # comparisons, not/and/or, isnan, where, a mask as a number
+        m = ((x > y) & ~torch.isnan(y)) | (x == 0) | (y <= -2.0)
+        return torch.where(m, x * w, y), m.to(x.dtype) * 2 + (x != y).to(x.dtype)
+
     def mixed(x, y, w):  # bf16 rounding and stores beside fp16 loads
         return (x.float() * y.to(torch.bfloat16).float()).to(torch.bfloat16)
 
@@ -1076,13 +1080,17 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
         x[0, : min(n, 6)] = torch.tensor([float("nan"), float("inf"), -float("inf"), 6e-8, -0.0,
                                           65504.0])[: min(n, 6)]
         y[1, n - 1], y[2, 0], y[2, n // 2] = float("nan"), -0.0, float("nan")
+        y[4, : min(n, 4)] = -2.0  # masked's threshold, exactly
+        x[4, 1 % n] = y[4, 1 % n]
         x[3, :] = 60000.0  # squares and sums that overflow fp16
         for fn, sums in ((rms, True), (residual_ln, True), (swiglu, False), (pointwise, False),
-                         (mixed, False)):
+                         (mixed, False), (masked, False)):
             got, plain, source = _tiles_and_plain(fn, (x, y, w), monkeypatch)
             # (a row of 3 is under a vector; SwiGLU's loop takes all 18 points, but pointwise's
             # reads w broadcast over them: its tiles copy it)
             assert ("fj_vldh(" in source) == (n >= 8 or fn in (swiglu, mixed)), source
+            if fn is masked and n >= 8:
+                assert "fj_vsel(" in source and "const fj_vi " in source, source
             _assert_same_bits(got, plain, sums=sums, atol=1e-6 if fn is residual_ln else 1e-30)
             rtol = 4e-3 if fn is rms else None  # (see test_kernels_with_big_outputs_stream...)
             expected = fn(x, y, w)
