@@ -1048,8 +1048,9 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
     # is the plain loop. An RMSNorm rounding each step as eager does, a residual + layer norm
     # (two outputs), SwiGLU (exp and a rounding of its result), relu, maximum and minimum (NaN
     # wins), abs, a division, bf16 rounding and stores, comparisons and where; rows of 1000 (a tail of 8), 64 (whole blocks of four vectors),
-    # 77 and 3 (only the plain rest). NaN, inf, -0.0, fp16 subnormals and values that round
-    # to inf. The plain loop's bits (sums within rounding) and eager's values.
+    # 77 and 3 (only the plain rest); and bf16 loops that sum loads (x - mean, a layer norm).
+    # NaN, inf, -0.0, fp16 subnormals and values that round to inf. The plain loop's bits (sums
+    # within rounding) and eager's values.
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
 
@@ -1099,6 +1100,21 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
                 expected = h, torch.nn.functional.layer_norm(h.float(), (n,), w.float(), w.float(),
                                                              1e-5).half()
             assert_close_to_eager(got, expected, rtol=rtol)
+        # bf16: only loops that sum loads and neither round to bf16 nor store bf16 (x - mean's
+        # and a layer norm's sums; their stores stay gcc's loops)
+        xb, wb = x.bfloat16(), w.bfloat16()
+        big = xb.clone()
+        big[5, :] = 3.0e38  # a sum that overflows fp32: inf, and x - inf, as eager's
+        # (eager's bf16 layer norm of the row of 60000s is off as its fp16 one is: in fp32)
+        ln_fp32 = torch.nn.functional.layer_norm(xb.float(), (n,), wb.float(), wb.float()).bfloat16()
+        for fn, args, expected in (
+                (lambda x, w: x - x.mean(-1, keepdim=True), (big, wb), big - big.mean(-1, keepdim=True)),
+                (lambda x, w: torch.nn.functional.layer_norm(x, x.shape[-1:], w, w), (xb, wb), ln_fp32)):
+            got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
+            assert ("fj_vldbf(" in source) == (n >= 8), source
+            assert "fj_vstbf(" not in source and "fj_round_bfv(" not in source, source
+            _assert_same_bits(got, plain, sums=True, atol=1e-6)
+            assert_close_to_eager(got, expected)
 
 
 def test_fp16_loops_that_draw_random_numbers_convert_in_vector_tiles(tmp_path, isa, threads,
@@ -1129,6 +1145,7 @@ def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
     # one stays a plain loop but over rows of 16 or 32: rows of 128 (a layer norm 1.5x
     # faster) and of 1000 (a tail), NaN and inf. The plain loop's values within rounding, and
     # eager's.
+    monkeypatch.setattr(c_render, "VECTOR_BODY", False)  # the tiles' path, not vector code
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine")
     for n in (128, 1000):
