@@ -2025,14 +2025,11 @@ class _Renderer:
         # bf16 layer norm over rows of 128: 1.2x, of 100 to 1000: up to 1.15x; over rows of 16
         # on AVX2 1.1x). The two widths' choices differ where the length is an odd multiple of
         # 16: then the loop is rendered for each (#if FJ_VW == 16).
-        self.lines.append("#if FJ_VEC_TILES")
-        at = len(self.lines)
-        if self.vector_body(pragma, body, lo, hi, indent, tail, fills) is not None:
+        if self.vector_body(pragma, body, lo, hi, indent, tail, fills):
             self.lines.append("#else")
             self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
             self.lines.append("#endif")
             return
-        del self.lines[at - 1:]
         plain = self.vector_tiled(body)
         short_bf16 = bool((tile and tile[2]) or plain[0]) and isinstance(self.rnumel, int) \
             and self.rnumel < 64
@@ -2116,24 +2113,25 @@ class _Renderer:
     _VECTOR_COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
     def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
-                    tail: list[str], fills) -> list[str] | None:
+                    tail: list[str], fills) -> bool:
         """:meth:`row_loop`'s loop as explicit vector code (gcc's vector extensions, FJ_VW
-        floats a step), or None where it holds an op it does not take. Each fp16 (bf16) load
-        and store converts in the register (vcvtph2ps, vcvtps2ph), where the vector tiles took
-        a pass over an array for each; fp32 sums add into four vector accumulators, four
-        vectors a step. The rest of the row, under a vector, is the plain loop, its sums added
-        in order. The same bits as the plain loop, but for the sums' order and a NaN's
-        payload; a static kernel's and a run-time one's alike."""
+        floats a step), under ``#if FJ_VEC_TILES``; False, with nothing rendered, where it
+        holds an op it does not take. Each fp16 (bf16) load and store converts in the register
+        (vcvtph2ps, vcvtps2ph), where the vector tiles took a pass over an array for each; fp32
+        sums add into four vector accumulators, four vectors a step. The rest of the row, under
+        a vector, is the plain loop, its sums added in order. The same bits as the plain loop,
+        but for the sums' order and a NaN's payload; a static kernel's and a run-time one's
+        alike."""
         k = self.k
         if self.ahead is not None or self.piece is not None:
-            return None
+            return False
         if lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
-            return None
+            return False
         sums = []
         for line in tail:
             m = re.fullmatch(r"c(\d+) \+= t(\d+);", line)
             if m is None:
-                return None
+                return False
             sums.append((int(m.group(1)), int(m.group(2))))
         f32 = torch.float32
         inside = set(body)
@@ -2147,32 +2145,28 @@ class _Renderer:
                 return f"v{j}"
             return f"FJ_V(t{j})" if dtype == f32 else f"((fj_vi){{0}} - (t{j} != 0))"
 
-        def contiguous(name: str, level) -> str | None:
-            return f"{name} + xo_{name} + r" if self.offset(name, level) == f"xo_{name} + r" else None
+        def kept_at(i) -> str | None:
+            """Where row-buffered op ``i``'s vector at ``r`` starts (None: not contiguous)."""
+            if i in self.scratch:
+                return self.contiguous_at(self.scratch[i], FULL, "r")
+            return f"{self.row_buffer(i)} + r"
 
         statements: list[str] = []
         for i in body:
             op = k.ops[i]
             if i in self.avail or i in self.shared:
-                if op.dtype != f32:
-                    return None
-                if i in self.shared:
-                    at = f"h{i} + r"
-                elif i in self.scratch:
-                    at = contiguous(self.scratch[i], FULL)
-                    if at is None:
-                        return None
-                else:
-                    at = f"{self.row_buffer(i)} + r"
+                at = f"h{i} + r" if i in self.shared else kept_at(i)
+                if op.dtype != f32 or at is None:
+                    return False
                 statements.append(f"const fj_vf v{i} = fj_vld({at});")
                 continue
             if op.kind == "store":
                 name, src = op.args
                 dt = k.buffer(name).dtype
-                at = contiguous(name, op.level)
+                at = self.contiguous_at(name, op.level, "r")
                 v = operand(src)
                 if at is None or v is None or op.level != FULL:
-                    return None
+                    return False
                 if dt == f32:
                     fn = "fj_vst_nt" if self.stream else "fj_vst"
                 elif dt == torch.float16:
@@ -2180,7 +2174,7 @@ class _Renderer:
                 elif dt == torch.bfloat16:
                     fn = "fj_vstbf"
                 else:
-                    return None
+                    return False
                 half |= dt == torch.float16
                 bf16_work |= dt == torch.bfloat16
                 statements.append(f"{fn}({at}, {v});")
@@ -2200,58 +2194,56 @@ class _Renderer:
                 else:
                     value = None
                 if value is None:
-                    return None
+                    return False
                 statements.append(f"const fj_vi v{i} = {value};")
                 continue
             if op.dtype != f32:
-                return None
+                return False
             if op.kind == "load":
                 dt = k.buffer(op.args[0]).dtype
-                at = None if spans_of(op) else contiguous(op.args[0], op.level)
+                at = None if spans_of(op) else self.contiguous_at(op.args[0], op.level, "r")
                 fn = {f32: "fj_vld", torch.float16: "fj_vldh", torch.bfloat16: "fj_vldbf"}.get(dt)
                 if at is None or fn is None:
-                    return None
+                    return False
                 half |= dt == torch.float16
                 bf16_load |= dt == torch.bfloat16
                 value = f"{fn}({at})"
             elif op.kind == "const":
                 if isinstance(op.args[0], Sym):
-                    return None
+                    return False
                 value = f"FJ_V({_literal(op.args[0], f32)})"
             elif op.kind == "round":
                 x = operand(op.args[0])
                 if x is None:
-                    return None
+                    return False
                 half |= op.args[1] == torch.float16
                 bf16_work |= op.args[1] == torch.bfloat16
                 value = f"fj_round_hv({x})" if op.args[1] == torch.float16 else f"fj_round_bfv({x})"
             elif op.kind == "where":
                 xs = [operand(op.args[0], torch.bool), operand(op.args[1]), operand(op.args[2])]
                 if None in xs:
-                    return None
+                    return False
                 value = f"fj_vsel({xs[0]}, {xs[1]}, {xs[2]})"
             elif op.kind == "cast" and is_operand(op.args[0]) and k.ops[op.args[0]].dtype == torch.bool:
                 c = operand(op.args[0], torch.bool)
                 if c is None:
-                    return None
+                    return False
                 value = f"(fj_vf)({c} & (fj_vi)FJ_V(1.0f))"
             elif op.kind in self._VECTOR_OPS:
                 xs = [operand(a) for a in op.args]
                 if None in xs:
-                    return None
+                    return False
                 value = self._VECTOR_OPS[op.kind].format(*xs)
             else:
-                return None
+                return False
             statements.append(f"const fj_vf v{i} = {value};")
         for i in fills:
-            if k.ops[i].dtype != f32 or i not in inside:
-                return None
-            at = contiguous(self.scratch[i], FULL) if i in self.scratch else f"{self.row_buffer(i)} + r"
-            if at is None:
-                return None
+            at = kept_at(i)
+            if k.ops[i].dtype != f32 or i not in inside or at is None:
+                return False
             statements.append(f"fj_vst({at}, v{i});")
         if any(operand(src) is None or src not in inside for _, src in sums):
-            return None
+            return False
         # Where the loop converts fp16 values; or sums bf16 loads, neither rounding to bf16 nor
         # storing bf16 (a bf16 x - mean 1.2x faster, a layer norm 1.09x). gcc vectorizes fp32
         # loops itself, and bf16 ones that store or round as fast or faster: a bf16 RMSNorm ran
@@ -2262,9 +2254,9 @@ class _Renderer:
         # x - mean over rows of 24 ran 1.3x slower, its last 8 values in the plain loop.
         long = not isinstance(self.rnumel, int) or self.rnumel >= 64
         if not (half or sums and bf16_load and not bf16_work and long) or not VECTOR_BODY:
-            return None
+            return False
         ind, inner = indent + "    ", indent + "        "
-        lines = [f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
+        lines = ["#if FJ_VEC_TILES", f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
 
         def step(unroll: int, into) -> None:
             lines.append(f"{ind}for (; fj_r + {unroll} * FJ_VW <= {hi}; fj_r += {unroll} * FJ_VW) {{")
@@ -2289,7 +2281,7 @@ class _Renderer:
         # between a static kernel and a run-time one (another order of the adds).
         self.plain_body(None if sums else pragma, body, "fj_r", hi, ind, tail, fills)
         self.lines.append(f"{indent}}}")
-        return lines
+        return True
 
     def vector_tiled(self, body: list[int], bf16: bool = False) -> tuple[list[int], list[int], list[int]]:
         """What a vector tile computes for ``body``: its fp32 exp, sigmoid and fp16 rounding ops
@@ -2551,12 +2543,16 @@ class _Renderer:
     def contiguous_start(self, op: Op) -> str | None:
         """Where a load's or store's elements for the current tile start in its buffer, when
         they are contiguous there (else None)."""
-        name = op.args[0]
         if op.kind == "load" and spans_of(op):
             return None
-        if self.offset(name, op.level) != f"xo_{name} + r":
+        return self.contiguous_at(op.args[0], op.level, "fj_v")
+
+    def contiguous_at(self, name: str, level: str, at: str) -> str | None:
+        """The address of buffer ``name``'s element at point ``at`` of the row, where the row's
+        elements are contiguous there (else None)."""
+        if self.offset(name, level) != f"xo_{name} + r":
             return None
-        return f"{name} + xo_{name} + fj_v"
+        return f"{name} + xo_{name} + {at}"
 
     def simd_copy(self, statement: str, indent: str) -> None:
         """A vector loop over the current tile's points running ``statement``."""
