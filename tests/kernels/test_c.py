@@ -143,6 +143,39 @@ def test_half_stores_round_exactly_like_torch(dtype):
     assert torch.equal(back, expected.float()) or torch.allclose(back, expected.float(), equal_nan=True)
 
 
+@pytest.mark.parametrize("f16c", ["f16c", "no-f16c"])
+def test_a_row_s_fp16_values_round_and_store_like_torch(f16c, threads, monkeypatch):
+    # A value computed once a row (a sum, then its fp16 rounding: a norm's mean and rsqrt) is
+    # rounded and stored by F16C's scalar conversions (fj_round_h1, fj_f2h1); without F16C by
+    # the integer forms. Every class of value: ties to even (normal and subnormal), the largest
+    # half, values that round to it or to inf, subnormals, +-0, +-inf and NaN. Torch's bits.
+    if f16c == "no-f16c":
+        monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-mno-f16c"))
+        c_runtime.clear_memory_cache()
+    eps = 2.0 ** -10
+    values = [0.0, -0.0, 1.0, 1.0 + eps / 2, 1.0 + 1.5 * eps, 1.0 + eps / 2 * 1.0001, 65504.0,
+              65519.99, 65520.0, -65520.0, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -25, 2.0 ** -26,
+              -5 * 2.0 ** -25, 6.1e-5, 6.0e-5, 1e-8, float("inf"), float("-inf"), float("nan"),
+              -float("nan")]
+    v = torch.tensor(values + torch.randn(200).mul(1000).tolist() + torch.randn(100).tolist())
+    x, y = torch.zeros(len(v), 16), torch.zeros(len(v), 16)
+    x[:, 5], y[:, 7] = v * 2, v  # each row's sum: its value (x's: twice it)
+    h = torch.randn(len(v), 16).half()
+
+    def per_row(x, y, h):  # a row's value stored, and rounded then used by the row
+        return (x.sum(-1, keepdim=True) * 0.5).to(torch.float16), h * y.sum(-1, keepdim=True).half()
+
+    try:
+        got, backend = run_kernels(per_row, x, y, h)
+    finally:
+        c_runtime.clear_memory_cache()
+    source = "".join(k.source for k in backend.kernels)
+    assert "fj_f2h1(" in source and "fj_round_h1(" in source, source
+    for a, b in zip(got, per_row(x, y, h)):
+        assert torch.equal(a.isnan(), b.isnan())
+        assert torch.equal(a.view(torch.int16)[~b.isnan()], b.view(torch.int16)[~b.isnan()])
+
+
 def test_integer_arithmetic_wraps_like_torch():
     a = torch.tensor([2**31 - 1, -(2**31), 12345, -7], dtype=torch.int32)
 
