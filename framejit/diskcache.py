@@ -191,7 +191,7 @@ def compiled(source: str, filename: str):
     framejit's generated guard functions, entries, graph forwards and kernel launchers, which a
     first call with warm caches compiled again (GPT-2's guard function, 35 KB of source, took
     10 ms, and all its generated code 16 ms of a 142 ms first call). A record that cannot be
-    read is compiled again and rewritten."""
+    read is compiled again and rewritten; one that loads is marked used (:func:`note_use`)."""
     key = hashlib.sha256("\0".join((sys.version, importlib.util.MAGIC_NUMBER.hex(), filename,
                                      source)).encode()).hexdigest()[:40]
     where = folder("py")
@@ -200,6 +200,7 @@ def compiled(source: str, filename: str):
         with open(path, "rb") as f:
             code = marshal.loads(f.read())
         if getattr(code, "co_filename", None) == filename:
+            note_use(path)  # (pruning keeps records in use)
             return code
     except (OSError, EOFError, ValueError, TypeError):
         pass

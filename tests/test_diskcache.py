@@ -137,8 +137,8 @@ def test_a_process_prunes_the_meta_cache_as_it_runs_and_exits_quietly(tmp_path):
 def test_generated_python_compiles_once_and_loads_from_disk_after(fresh, monkeypatch):
     # framejit's generated code (guards, entries, graph forwards, launchers) is compiled once;
     # a later request for the same source and file name (another process, a warm cache) loads
-    # the code from disk. A record that cannot be read, or that names another file, is
-    # compiled again and rewritten.
+    # the code from disk, and marks the record used. A record that cannot be read, or that
+    # names another file, is compiled again and rewritten.
     import builtins
 
     compiles = []
@@ -147,8 +147,10 @@ def test_generated_python_compiles_once_and_loads_from_disk_after(fresh, monkeyp
     source = "def f(x):\n    return x * 2 + 1\n"
     first = diskcache.compiled(source, "<framejit-test a>")
     (record,) = [p for p in (fresh / "py").iterdir() if not p.name.startswith(".")]
+    os.utime(record, (1e9, 1e9))  # (long unused)
     second = diskcache.compiled(source, "<framejit-test a>")
     assert compiles == ["<framejit-test a>"]
+    assert record.stat().st_mtime > 1e9  # used now: pruning keeps it over older records
     namespace = {}
     exec(second, namespace)
     assert namespace["f"](3) == 7 and second.co_filename == "<framejit-test a>"
