@@ -2,6 +2,7 @@
 recompile limit, cache separation between wrappers, and reset()."""
 
 import dataclasses
+import functools
 import logging
 import types
 import warnings
@@ -209,6 +210,54 @@ def test_new_module_instance_recompiles_but_same_instance_does_not(stats):
     assert_close_to_eager(compiled(second, x), apply(second, x))
     assert stats.recompiles == 1
     assert stats.recompile_reasons[0][1].startswith("layer: a different object")
+
+
+class Notes:
+    """A logger-like object whose method is no plain function (transformers' ``warning_once`` is
+    an lru_cache wrapper): a call to it is a graph break."""
+
+    def __init__(self):
+        self.said = []
+
+    @functools.lru_cache(None)
+    def once(self, message):
+        self.said.append(message)
+
+
+NOTES = Notes()
+
+
+def test_a_bound_method_read_at_each_call_is_not_guarded_by_identity(stats):
+    # ``NOTES.once`` is a new bound method at every read: its function and its object are
+    # guarded, not the method object (that guard failed at every call, and each call
+    # recompiled). Another object of the class takes the call at the break; another function
+    # on the class recompiles.
+    global NOTES
+
+    def warn(x):
+        y = x * 2
+        NOTES.once("deprecated")
+        return y + 1
+
+    compiled = framejit.compile(warn)
+    x = torch.randn(3)
+    for _ in range(4):
+        assert_close_to_eager(compiled(x), warn(x))
+    assert stats.recompiles == 0 and NOTES.said == ["deprecated"]
+    old, NOTES = NOTES, Notes()
+    try:
+        assert_close_to_eager(compiled(x), x * 2 + 1)  # (its method runs at the break)
+        assert NOTES.said == ["deprecated"] and stats.recompiles == 0
+        original = Notes.once
+        Notes.once = functools.lru_cache(None)(lambda self, message: self.said.append(message.upper()))
+        try:
+            compiled(x)
+            assert stats.recompiles == 1 and NOTES.said == ["deprecated", "DEPRECATED"]
+            assert "a different object" in stats.recompile_reasons[-1][1]
+        finally:
+            Notes.once = original
+    finally:
+        NOTES = old
 
 
 def test_parameter_values_are_not_baked_in(stats):

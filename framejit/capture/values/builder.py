@@ -222,14 +222,16 @@ def _wrap(tx, obj, source: Source) -> Value:
         out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
         out.guards.add(G.IdGuard(AttrSource(source, "__self__"), obj.__self__))
         return AutogradFunctionApplyValue(obj.__self__)
-    if t is types.MethodType and type(obj.__func__) is types.FunctionType:
-        # A bound Python method (a new object on every attribute read): its function is
-        # guarded and its object read through ``__self__``.
+    if t is types.MethodType:
+        # A bound method (a new object on every attribute read, so never guarded by identity:
+        # that guard failed at every call, and each call recompiled): its function is guarded
+        # and its object read through ``__self__``. The function may be any callable (a
+        # transformers logger's ``warning_once`` is an lru_cache wrapper).
         from ..sources import AttrSource
         out.guards.add(G.TypeGuard(source, t))
         out.guards.add(G.IdGuard(AttrSource(source, "__func__"), obj.__func__))
         owner = wrap(tx, obj.__self__, _SelfSource(source))
-        if _is_carried_block_exit(source, obj):
+        if type(obj.__func__) is types.FunctionType and _is_carried_block_exit(source, obj):
             # A `with` block's __exit__ a resume function received on its stack: the end of
             # that block, left (seeing the exception) if a later break's native code raises.
             from ..ops.blocks import UserContextExit
