@@ -219,7 +219,7 @@ class Notes:
     def __init__(self):
         self.said = []
 
-    @functools.lru_cache(None)
+    @functools.lru_cache(None)  # noqa: B019 (as transformers does)
     def once(self, message):
         self.said.append(message)
 
