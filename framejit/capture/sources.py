@@ -288,6 +288,23 @@ class ItemSource(Source):
         return f"{self.base.name()}[{self.index!r}]"
 
 
+class HasKeySource(Source):
+    """Whether the dict at ``base`` holds the constant key ``index`` (``k in d``)."""
+
+    __slots__ = ("base", "index")
+
+    def __init__(self, base: Source, index):
+        self.base = base
+        self.index = index
+        self.key = ("i", base.key, type(index).__name__, index)
+
+    def expr(self, names):
+        return f"{self.base.expr(names)}.__contains__({self.index!r})"
+
+    def name(self):
+        return f"{self.index!r} in {self.base.name()}"
+
+
 class SizeSource(Source):
     """``base.shape[dim]``: one size of the tensor at ``base`` (a symbolic size's origin)."""
 

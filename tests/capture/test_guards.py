@@ -260,6 +260,48 @@ def test_a_bound_method_read_at_each_call_is_not_guarded_by_identity(stats):
         NOTES = old
 
 
+OPTIONS = {f"unused_{i}": i for i in range(40)}
+
+
+def test_a_dict_read_a_key_at_a_time_guards_only_those_keys(stats):
+    # A dict from outside asked for a few of its keys (a config's __dict__) guards those keys
+    # alone: another key added elsewhere in it recompiles nothing. Changing what was read does.
+    # Read for many keys, it is guarded whole.
+    def scaled(x):
+        scale = OPTIONS.get("scale", 1.0)
+        if "shift" in OPTIONS:
+            x = x + OPTIONS["shift"]
+        return x * scale
+
+    def many(x):
+        return x * sum(OPTIONS[f"unused_{i}"] for i in range(12))
+
+    compiled, x = framejit.compile(scaled), torch.randn(3)
+    OPTIONS["scale"] = 2.0
+    try:
+        assert_close_to_eager(compiled(x), scaled(x))
+        OPTIONS["unused_new"] = 1  # a key it does not read
+        assert_close_to_eager(compiled(x), scaled(x))
+        assert stats.recompiles == 0
+        OPTIONS["scale"] = 3.0
+        assert_close_to_eager(compiled(x), scaled(x))
+        assert stats.recompiles == 1
+        OPTIONS["shift"] = 0.5  # a key it found absent
+        assert_close_to_eager(compiled(x), scaled(x))
+        assert stats.recompiles == 2 and "'shift' in OPTIONS" in stats.recompile_reasons[-1][1]
+        del OPTIONS["scale"]
+        assert_close_to_eager(compiled(x), scaled(x))
+        assert stats.recompiles == 3
+        whole = framejit.compile(many)
+        assert_close_to_eager(whole(x), many(x))
+        OPTIONS["unused_other"] = 2
+        assert_close_to_eager(whole(x), many(x))
+        assert stats.recompiles == 4  # (its keys are guarded whole)
+    finally:
+        for k in ("scale", "shift", "unused_new", "unused_other"):
+            OPTIONS.pop(k, None)
+
+
 def test_parameter_values_are_not_baked_in(stats):
     model = nn.Linear(3, 3)
     compiled = framejit.compile(model)

@@ -198,12 +198,14 @@ def _wrap(tx, obj, source: Source) -> Value:
         if not all(isinstance(k, (str, int)) for k in keys):
             raise Unsupported(f"the dict {source.name()} has keys that are not strings or ints")
         out.guards.add(G.TypeGuard(source, t))
+        value = DictValue({}, source)
+        value.outside = obj  # (its keys read one at a time until all are: see DictValue)
 
         def dict_items():
             out.guards.add(G.DictKeysGuard(source, t, keys))
-            return {k: wrap(tx, obj[k], ItemSource(source, k)) for k in keys}
+            return {k: value.peeked(k) or wrap(tx, obj[k], ItemSource(source, k)) for k in keys}
 
-        return DictValue({}, source).defer(dict_items)
+        return value.defer(dict_items)
     if is_backend_flags(obj):
         out.guards.add(G.IdGuard(source, obj))
         return BackendFlagsValue(obj, source)

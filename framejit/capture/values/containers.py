@@ -418,15 +418,53 @@ class ListValue(SequenceValue):
         return "[" + ", ".join(cg.expr(v) for v in self.items) + "]"
 
 
-class DictValue(_Deferred, Value):
-    """A dict with constant keys."""
+#: A dict from outside is read a key at a time (see DictValue) for up to this many keys, or a
+#: quarter of its keys if that is more; then it is read whole.
+PEEK_MIN = 4
 
-    __slots__ = ("_items", "_pending", "real")
+
+class DictValue(_Deferred, Value):
+    """A dict with constant keys.
+
+    A dict from outside whose contents are not read yet (``outside``: the real dict) answers
+    ``d[k]``, ``d.get(k)`` and ``k in d`` for that key alone, guarding only that the key is
+    there (and its item) or is not; its keys and items are guarded whole when something reads
+    them all (iteration, ``len``, a change). A transformers config's ``__getattribute__`` asks
+    its ``__dict__`` for one key at every read: the guards checked all 45 of its items."""
+
+    __slots__ = ("_items", "_pending", "real", "outside", "_peeked")
 
     def __init__(self, items: dict, source=None):
         super().__init__(source)
         self.items = dict(items)
         self.real = None  # as for ListValue
+        self.outside = None
+        self._peeked: dict = {}
+
+    def lookup(self, tx, k):
+        """The item at constant key ``k``, or MISSING."""
+        if self._pending is None or self.outside is None or self.source is None or (
+                k not in self._peeked and
+                len(self._peeked) >= max(PEEK_MIN, len(self.outside) // 4)):
+            # (a guard of all the keys at once is as cheap as several of one key each: a
+            # config's attribute_map of 4 keys was asked for 30 names)
+            return self.items.get(k, MISSING)
+        found = self._peeked.get(k)
+        if found is None:
+            from ..guards import EqualsGuard
+            from ..sources import HasKeySource, ItemSource
+            from .builder import wrap
+
+            present = k in self.outside
+            tx.output.guards.add(EqualsGuard(HasKeySource(self.source, k), present))
+            found = self._peeked[k] = (wrap(tx, self.outside[k], ItemSource(self.source, k))
+                                       if present else MISSING)
+        return found
+
+    def peeked(self, k):
+        """The item already read at key ``k`` alone (the same value once all are read), or None."""
+        found = self._peeked.get(k)
+        return None if found is MISSING else found
 
     def describe(self):
         return f"the dict {self.source.name()}" if self.source is not None else "a dict"
@@ -448,7 +486,7 @@ class DictValue(_Deferred, Value):
         return bool(self.items)
 
     def contains(self, tx, key: Value) -> bool:
-        return _key(key) in self.items
+        return self.lookup(tx, _key(key)) is not MISSING
 
     def equals(self, tx, other) -> bool | None:
         from .pyops import equals, identity
@@ -478,10 +516,11 @@ class DictValue(_Deferred, Value):
 
     def getitem(self, tx, key):
         k = _key(key)
-        if k not in self.items:
+        found = self.lookup(tx, k)
+        if found is MISSING:
             from .exceptions import raise_python
             raise_python(KeyError, k)
-        return self.items[k]
+        return found
 
     def _note_mutation(self, tx, what: str):
         if self.borrowed:
@@ -678,8 +717,8 @@ def _dict_view(view):
 
 
 def _dict_get(tx, d, args, kwargs):
-    k = _key(args[0])
-    return d.items[k] if k in d.items else (args[1] if len(args) > 1 else const(None))
+    found = d.lookup(tx, _key(args[0]))
+    return found if found is not MISSING else (args[1] if len(args) > 1 else const(None))
 
 
 def _dict_popitem(tx, d, args, kwargs):
@@ -733,7 +772,7 @@ DICT_METHODS = {
     "update": _none(_dict_update),
     "pop": _dict_pop,
     "setdefault": _dict_setdefault,
-    "__contains__": _positional(lambda tx, d, k: const(_key(k) in d.items), 1),
+    "__contains__": _positional(lambda tx, d, k: const(d.contains(tx, k)), 1),
     "__init__": _none(_dict_update),
     "__getitem__": _positional(lambda tx, d, k: d.getitem(tx, k), 1),
     "__setitem__": _positional(lambda tx, d, k, v: (d.setitem(tx, k, v), const(None))[1], 2),
