@@ -466,6 +466,28 @@ static inline fj_vf fj_round_hv(fj_vf v) {
     return fj_h2fv(fj_f2hv(v));
 }
 FJ_TILE_FUNCTION(fj_round_h_tile, fj_round_hv)
+/* Eight rows' values at once (interleaved_rows' per-row steps, eight rows a step): 256-bit
+   vectors, with AVX's sqrt and F16C's conversions (an AVX-512 build may lack F16C: then the
+   rows take the loop); the bits of the scalar forms (fj_round_h1, fj_round_bf, 1 / sqrtf), but
+   for a NaN's payload bits. */
+#if defined(__F16C__) && defined(__AVX__)
+#define FJ_ROWS8 1
+typedef float fj_v8f __attribute__((vector_size(32)));
+typedef uint32_t fj_v8u __attribute__((vector_size(32)));
+#define FJ_V8(c) ((fj_v8f){(c), (c), (c), (c), (c), (c), (c), (c)})
+static inline fj_v8f fj_sqrt8(fj_v8f a) {
+    return __builtin_ia32_sqrtps256(a);
+}
+static inline fj_v8f fj_round_h8(fj_v8f a) {
+    return __builtin_ia32_vcvtph2ps256(__builtin_ia32_vcvtps2ph256(a, 0));
+}
+static inline fj_v8f fj_round_bf8(fj_v8f a) {
+    fj_v8u u = (fj_v8u)a;
+    const fj_v8u nan = (fj_v8u)(a != a);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (fj_v8f)((u & ~nan) | (0x7fc00000u & nan));
+}
+#endif
 /* The sum of four vector accumulators, then pairwise across lanes: in registers (through
    memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
    35% longer) */
@@ -1197,6 +1219,7 @@ class _Renderer:
         self.scratch: dict[int, str] = {}
         # fp16/bf16 loads read from their fp32 copy h<i>, made once per call (shared_half_loads).
         self.per_row = False  # emitting a row's OUTER values (see emit_per_row)
+        self.step_ops: list[int] | None = None  # the ops of interleaved_rows' per-row step
         self.shared: list[int] = self.shared_half_loads()
         # Whether the kernel's fp32 and fp16 stores stream (see STREAM_BYTES).
         self.stream = self.streams()
@@ -2672,7 +2695,56 @@ class _Renderer:
         return any(self.k.ops[i].kind == "round" for i in ops)
 
     def per_row_step(self, ops: list[int], indent: str) -> None:
+        if self.interleaved:
+            self.step_ops = ops  # (interleaved_rows may take them as vector code: rows_as_vector)
         self.emit_per_row(ops, indent)
+
+    _ROWS_AS_VECTOR = {"add": "+", "sub": "-", "mul": "*", "truediv": "/"}
+
+    def rows_as_vector(self, ops: list[int], reads: set[int], writes: set[int],
+                       indent: str) -> list[str] | None:
+        """A per-row step (:meth:`per_row_step`) for eight rows at once, as vector code over
+        their arrays ``fj_c<i>``: the lines, or None where an op is not one it takes (fp32
+        arithmetic, sqrt, rsqrt, reciprocal, fp16/bf16 rounding; the scalar forms' bits, as
+        fj_v8f's functions say). gcc does not vectorize the loop itself: sqrtf may set errno. A
+        bf16 RMSNorm over rows of 16 rounds its mean, the mean plus eps and rsqrt: eight rows'
+        chains of them took as long as the rest of the rows' work."""
+        k = self.k
+        f32 = torch.float32
+        if any(k.ops[i].dtype != f32 for i in (*reads, *writes)):
+            return None
+        lines = []
+        for i in sorted(reads):
+            lines.append(f"{indent}fj_v8f w{i};")
+            lines.append(f"{indent}memcpy(&w{i}, fj_c{i}, sizeof w{i});")
+        inside = set(reads)
+        for i in ops:
+            op = k.ops[i]
+            if op.dtype != f32:
+                return None
+            xs = [f"w{a}" if is_operand(a) and a in inside else None for a in op.args]
+            if op.kind == "const":
+                if isinstance(op.args[0], Sym):
+                    return None
+                value = f"FJ_V8({_literal(op.args[0], f32)})"
+            elif op.kind in self._ROWS_AS_VECTOR and None not in xs:
+                value = f"({xs[0]} {self._ROWS_AS_VECTOR[op.kind]} {xs[1]})"
+            elif xs and xs[0] is not None and op.kind in ("neg", "sqrt", "rsqrt", "reciprocal", "round"):
+                x = xs[0]
+                if op.kind == "round":
+                    value = f"fj_round_h8({x})" if op.args[1] == torch.float16 else f"fj_round_bf8({x})"
+                else:
+                    value = {"neg": f"(-{x})", "sqrt": f"fj_sqrt8({x})",
+                             "rsqrt": f"(FJ_V8(1.0f) / fj_sqrt8({x}))",
+                             "reciprocal": f"(FJ_V8(1.0f) / {x})"}[op.kind]
+            else:
+                return None
+            lines.append(f"{indent}const fj_v8f w{i} = {value};")
+            inside.add(i)
+        if not writes <= inside:
+            return None
+        lines.extend(f"{indent}memcpy(fj_c{i}, &w{i}, sizeof w{i});" for i in sorted(writes))
+        return lines
 
     def reduce_step(self, ready: list[int], group: list[int], avail: set[int], fill: list[int],
                     split: bool | str, indent: str) -> None:
@@ -2723,13 +2795,15 @@ class _Renderer:
         value that a later step reads is kept for each of the rows in an array ``fj_c<i>``.
         ``plan`` and ``steps``: :meth:`row_steps`."""
         inner, body = indent + "    ", indent + "        "
-        texts = []
+        texts, step_ops = [], []
         self.interleaved = True
         for emit_step in steps:
             outer, self.lines = self.lines, []
             self.hoisted = set()  # each step defines the invariants it reads
+            self.step_ops = None
             emit_step(body)
             texts.append(self.lines)
+            step_ops.append(self.step_ops)
             self.lines = outer
         self.interleaved = False
         defined = [{int(m) for line in text for m in _DEFINED.findall(line)} for text in texts]
@@ -2744,13 +2818,22 @@ class _Renderer:
             self.lines.append(f"{inner}{local_type(self.k.ops[i].dtype)} fj_c{i}[{step}];")
         self.declare_row_buffers(plan, inner, step)
         for j, text in enumerate(texts):
+            later = set().union(*read[j + 1:])
+            vector = None
+            if step_ops[j] is not None and step == 8:
+                vector = self.rows_as_vector(step_ops[j], read[j], defined[j] & later, body)
+            if vector is not None:  # eight rows at once, else (the last rows) the loop
+                self.lines.append("#if FJ_VEC_TILES && FJ_ROWS8")
+                self.lines.append(f"{inner}if ({count} == 8) {{")
+                self.lines.extend(vector)
+                self.lines.append(f"{inner}}} else")
+                self.lines.append("#endif")
             self.lines.append(f"{inner}for (int64_t fj_k = 0; fj_k < {count}; fj_k++) {{")
             self.lines.append(f"{body}const int64_t x = fj_x + fj_k;")
             self.row_offsets(body)
             self.lines.extend(f"{body}const {local_type(self.k.ops[i].dtype)} t{i} = fj_c{i}[fj_k];"
                               for i in sorted(read[j]))
             self.lines.extend(text)
-            later = set().union(*read[j + 1:])
             self.lines.extend(f"{body}fj_c{i}[fj_k] = t{i};" for i in sorted(defined[j] & later))
             self.lines.append(f"{inner}}}")
         self.lines.append(f"{indent}}}")

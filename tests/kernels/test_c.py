@@ -507,6 +507,70 @@ def test_short_rows_are_reduced_several_at_a_time_with_the_one_row_bits(threads,
     assert len(re.findall(r"float fj_b\d+\[8\]\[32\] __attribute__", backend.kernels[0].source)) == 2
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_row_s_rounded_values_for_eight_rows_at_once_give_the_one_row_bits(threads, monkeypatch, dtype):
+    # An RMSNorm over short rows rounds each row's mean, the mean plus eps and rsqrt: eight
+    # rows' worth at once as vector code (rows_as_vector), the last rows of 67 in the loop.
+    # Rows of zeros (rsqrt of eps), of tiny values (a subnormal mean), of values whose squares
+    # overflow fp16, with NaN or inf. The bits of one row at a time, and eager's values.
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    x = (torch.randn(67, 16) * 3).to(dtype)
+    x[1], x[2], x[3] = 0.0, 1e-4, 60000.0
+    x[4, 3], x[5, 0], x[6, 7], x[9] = float("nan"), float("inf"), -float("inf"), -0.0
+    w = torch.randn(16).to(dtype)
+    got, backend = run_kernels(rms, x, w)
+    source = backend.kernels[0].source
+    assert ("fj_round_h8(" if dtype == torch.float16 else "fj_round_bf8(") in source, source
+    assert "fj_sqrt8(" in source
+    with monkeypatch.context() as m:
+        m.setattr(c_render, "INTERLEAVE_ROWS", 1)
+        one, alone = run_kernels(rms, x, w)
+    assert "fj_sqrt8(" not in alone.kernels[0].source
+    _assert_same_bits(got, one)
+    rtol = 4e-3 if dtype == torch.float16 else 2e-2  # (as in the test above)
+    assert_close_to_eager(got, rms(x, w), rtol=rtol)
+
+
+@pytest.mark.parametrize("f16c", ["f16c", "no-f16c"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_row_s_value_rounded_for_eight_rows_at_once_rounds_like_torch(threads, dtype, f16c,
+                                                                        monkeypatch):
+    # A row's fp32 sum rounded to fp16 or bf16 in rows_as_vector's code (eight rows at once):
+    # ties to even (normal and subnormal), values that round to the largest finite value or to
+    # inf, subnormals, +-0, +-inf and NaN. Torch's bits. Built without F16C (an AVX-512 CPU
+    # may lack it), the rows take the loop; the kernel still compiles.
+    if f16c == "no-f16c":
+        monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-mno-f16c"))
+        c_runtime.clear_memory_cache()
+    finfo = torch.finfo(dtype)
+    ulp = finfo.eps
+    values = [0.0, -0.0, 1.0, 1.0 + ulp / 2, 1.0 + 1.5 * ulp, -(1.0 + 2.5 * ulp), finfo.max,
+              finfo.max * (1 + ulp / 4), finfo.max * (1 + ulp / 2), finfo.tiny, finfo.tiny / 3,
+              finfo.smallest_normal * ulp / 2, finfo.smallest_normal * ulp * 1.5, 1e-30,
+              float("inf"), float("-inf"), float("nan")]
+    v = torch.tensor(values + torch.randn(300).mul(100).tolist())
+    y = torch.zeros(len(v), 16)
+    y[:, 5] = v  # each row's sum: its value
+    h = torch.randn(len(v), 16).to(dtype)
+
+    def per_row(y, h):
+        return h * y.sum(-1, keepdim=True).to(dtype)
+
+    try:
+        got, backend = run_kernels(per_row, y, h)
+        assert backend.kernels[0].cname in c_runtime._functions  # (built: no torch ops instead)
+    finally:
+        c_runtime.clear_memory_cache()
+    source = backend.kernels[0].source
+    assert ("fj_round_h8(" if dtype == torch.float16 else "fj_round_bf8(") in source, source
+    expected = per_row(y, h)
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.view(torch.int16)[~expected.isnan()],
+                       expected.view(torch.int16)[~expected.isnan()])
+
+
 def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
     # An fp16 softmax's exp is fp32, which an fp16 output row cannot hold: a long row
     # computes it twice (the same results).
