@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .. import diskcache, record
-from .c_render import PRELUDE, named_function
+from .c_render import PRELUDE, _rendered, named_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
@@ -233,10 +233,12 @@ def address_of(launcher: CLauncher) -> int:
 
 
 def clear_memory_cache() -> None:
-    """Forget the loaded functions (not the disk cache): the next builds read the disk."""
+    """Forget the loaded functions and rendered sources (not the disk cache): the next builds
+    read the disk."""
     with _lock:
         _functions.clear()
         _pending.clear()
+        _rendered.clear()
 
 
 #: The calling convention of csrc/claunch.c that this module speaks (its ABI_VERSION). A build

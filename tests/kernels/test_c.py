@@ -211,6 +211,36 @@ def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkey
     assert torch.equal(first, second) and torch.equal(first, third)
 
 
+def test_a_kernel_s_c_function_is_rendered_once_and_read_from_disk_after(tmp_path, monkeypatch):
+    # A kernel's C function is rendered once: the same description again takes it from memory,
+    # a new process from the disk cache (c/render), by the description, the renderer's settings
+    # and its source. Another setting renders again; a record gone bad is rendered again.
+    monkeypatch.setenv("FRAMEJIT_CACHE_DIR", str(tmp_path))
+    renders = []
+    real = c_render._Renderer.function
+    monkeypatch.setattr(c_render._Renderer, "function", lambda self: renders.append(1) or real(self))
+    c_runtime.clear_memory_cache()
+    fn = lambda x: softmax(A.mul.Tensor(x, 1.25))  # noqa: E731
+    x = torch.randn(5, 40)
+    first, backend = run_kernels(fn, x)
+    records = tmp_path / "c" / "render"
+    assert len(renders) == 1 and len(list(records.iterdir())) == 1
+    run_kernels(fn, x)  # the same description: from memory
+    assert len(renders) == 1
+    c_runtime.clear_memory_cache()  # as a new process: from the disk
+    second, again = run_kernels(fn, x)
+    assert len(renders) == 1 and again.kernels[0].source == backend.kernels[0].source
+    assert torch.equal(first, second)
+    monkeypatch.setattr(c_render, "INTERLEAVE_ROWS", 1)  # another setting
+    run_kernels(fn, x)
+    assert len(renders) == 2 and len(list(records.iterdir())) == 2
+    for record in records.iterdir():
+        record.write_text("garbage")
+    c_runtime.clear_memory_cache()
+    third, _ = run_kernels(fn, x)
+    assert len(renders) == 3 and torch.equal(first, third)
+
+
 def test_a_shared_object_gone_bad_on_disk_is_compiled_again(tmp_path, monkeypatch):
     # The cache's pruning (or a crash) may take a file another process has just found.
     fn, x = _kernel_with_cache_in(tmp_path, monkeypatch, 2.0625)
