@@ -4,6 +4,7 @@ import statements, torch.compiler queries."""
 
 import typing
 
+import pytest
 import torch
 
 import framejit
@@ -91,6 +92,47 @@ def test_a_config_read_again_in_the_frame_takes_the_first_read_s_value(monkeypat
     assert len(inlined) == 5  # act before the write, act after it, names three times
     cfg.act = "relu"
     assert_close_to_eager(compiled(x, cfg), reads_config_again_around_a_write(x, FreshListConfig(3, True)))
+
+
+def reads_a_transformers_config(x, cfg):
+    return x * cfg.hidden_size + cfg.n_layer + (1 if cfg.use_cache else 0)
+
+
+def test_a_transformers_config_is_read_without_inlining_its_getattribute(stats, monkeypatch):
+    # transformers' configs read every attribute through two __getattribute__ methods
+    # (PreTrainedConfig's attribute_map, HeterogeneousConfigMixin's per-layer check). Capture
+    # runs them as what they do (known_getattribute), with the guards their reads make, where
+    # their source is the one it knows; a heterogeneous config (a per-layer spec), or a class
+    # whose method differs (FreshListConfig, above), has them inlined.
+    import warnings
+
+    from framejit.capture import interpreter
+    from framejit.capture.values import known_getattribute
+
+    T = pytest.importorskip("transformers")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg, other = (T.GPT2Config(n_layer=2, n_embd=8, n_head=2) for _ in range(2))
+    # (fails when transformers changes the methods: compare their source with _KNOWN_SOURCES)
+    assert known_getattribute.chain(type(cfg)) is not None
+    assert known_getattribute.chain(FreshListConfig) is None
+    inlined = []
+    real = interpreter.Translator.inline_code
+    monkeypatch.setattr(interpreter.Translator, "inline_code",
+                        lambda self, code, *a, **k: inlined.append(code.co_name) or real(self, code, *a, **k))
+    compiled, x = framejit.compile(reads_a_transformers_config), torch.randn(3)
+    assert_close_to_eager(compiled(x, cfg), reads_a_transformers_config(x, cfg))
+    assert "__getattribute__" not in inlined and stats.graph_breaks == 0
+    assert_close_to_eager(compiled(x, other), reads_a_transformers_config(x, other))
+    assert stats.recompiles == 0
+    cfg.n_embd = 16  # what hidden_size names
+    assert_close_to_eager(compiled(x, cfg), reads_a_transformers_config(x, cfg))
+    assert stats.recompiles == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other.per_layer_config = {0: {"layer_norm_epsilon": 1e-3}}
+    assert_close_to_eager(compiled(x, other), reads_a_transformers_config(x, other))
+    assert "__getattribute__" in inlined and stats.recompiles == 2
 
 
 def uses_config_and_probes(x, cfg):

@@ -15,6 +15,7 @@ from ..sources import (
     InstanceDictHasSource,
     ObjectSource,
 )
+from . import known_getattribute
 from .attributes import (
     generic_getattr,
     guard_absent,
@@ -130,7 +131,8 @@ class UserObjectValue(Value):
         since (no side effect recorded) and the first read wrote nothing, computed nothing in
         the graph and found an immutable constant or an object from outside: a transformers
         config's ``__getattribute__`` (two of them, through super()) read GPT-2's config 53
-        times, 26 different names, in about 20 ms of its first call."""
+        times, 26 different names, in about 20 ms of its first call. Known library methods
+        (:mod:`.known_getattribute`) run as what they do instead of being inlined."""
         out = tx.output
         effects = out.side_effects
         key = (self.source.key, name, custom)
@@ -138,7 +140,11 @@ class UserObjectValue(Value):
         if hit is not None and hit[0] == effects.version:
             return hit[1]
         version, nodes = effects.version, len(out.graph.nodes)
-        result = tx.inline_function(custom, [self, const(name)], {})
+        steps = known_getattribute.chain(type(self.obj))
+        result = known_getattribute.INLINE if steps is None else \
+            known_getattribute.read(tx, self, name, steps)
+        if result is known_getattribute.INLINE:
+            result = tx.inline_function(custom, [self, const(name)], {})
         # (not a number read from the object, a DeferredNumber: its .value would fix it by a
         # guard, as a use does)
         if effects.version == version and len(out.graph.nodes) == nodes and (
