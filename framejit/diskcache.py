@@ -205,16 +205,22 @@ def compiled(source: str, filename: str):
     except (OSError, EOFError, ValueError, TypeError):
         pass
     code = compile(source, filename, "exec")
-    data = marshal.dumps(code)
+    write_atomic(path, marshal.dumps(code), where)
+    return code
+
+
+def write_atomic(path: str, data: bytes, budget_folder: str) -> None:
+    """Write record ``path`` whole (a reader in another process sees it whole or not at all) and
+    count it into ``budget_folder``'s tally (:func:`note_write`); a record that cannot be written
+    is left out (a cache miss later)."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)  # whole or absent for a reader in another process
-        note_write(where, len(data))
+        os.replace(tmp, path)
+        note_write(budget_folder, len(data))
     except OSError:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-    return code

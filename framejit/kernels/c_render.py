@@ -74,7 +74,6 @@ import hashlib
 import math
 import os
 import re
-import threading
 
 import torch
 
@@ -1215,20 +1214,14 @@ def _read_rendered(key: str, kernel: Kernel) -> tuple[str, str] | None:
 
 
 def _write_rendered(key: str, found: tuple[str, str]) -> None:
-    where = diskcache.folder(os.path.join("c", "render"))
-    path = os.path.join(where, key)
-    data = f"{found[0]}\n{found[1]}"
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(data)
-        os.replace(tmp, path)  # whole or absent for a reader in another process
-        diskcache.note_write(diskcache.folder("c"), len(data))  # (the C cache's budget)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    path = os.path.join(diskcache.folder(os.path.join("c", "render")), key)
+    diskcache.write_atomic(path, f"{found[0]}\n{found[1]}".encode(),
+                           diskcache.folder("c"))  # (the C cache's budget)
+
+
+def forget_rendered() -> None:
+    """Forget the rendered functions kept in memory (the disk keeps them)."""
+    _rendered.clear()
 
 
 def function_name(kernel: Kernel) -> str:
@@ -1286,9 +1279,9 @@ class _Renderer:
         # Row-buffered ops kept in an output's own row instead (op -> output name): a static row
         # too long for the stack, as eager's and Inductor's softmax keep exp in their output.
         self.scratch: dict[int, str] = {}
-        # fp16/bf16 loads read from their fp32 copy h<i>, made once per call (shared_half_loads).
         self.per_row = False  # emitting a row's OUTER values (see emit_per_row)
         self.step_ops: list[int] | None = None  # the ops of interleaved_rows' per-row step
+        # fp16/bf16 loads read from their fp32 copy h<i>, made once per call (shared_half_loads).
         self.shared: list[int] = self.shared_half_loads()
         # Whether the kernel's fp32 and fp16 stores stream (see STREAM_BYTES).
         self.stream = self.streams()
@@ -2892,7 +2885,7 @@ class _Renderer:
             if step_ops[j] is not None and step == 8:
                 vector = self.rows_as_vector(step_ops[j], read[j], defined[j] & later, body)
             if vector is not None:  # eight rows at once, else (the last rows) the loop
-                self.lines.append("#if FJ_VEC_TILES && FJ_ROWS8")
+                self.lines.append("#ifdef FJ_ROWS8")
                 self.lines.append(f"{inner}if ({count} == 8) {{")
                 self.lines.extend(vector)
                 self.lines.append(f"{inner}}} else")

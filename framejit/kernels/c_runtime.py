@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .. import diskcache, record
-from .c_render import PRELUDE, _rendered, named_function
+from .c_render import PRELUDE, forget_rendered, named_function
 from .ir import Kernel
 from .launch import KernelLauncher, cache_dir
 from .triton_runtime import KernelCompileError
@@ -238,7 +238,7 @@ def clear_memory_cache() -> None:
     with _lock:
         _functions.clear()
         _pending.clear()
-        _rendered.clear()
+        forget_rendered()
 
 
 #: The calling convention of csrc/claunch.c that this module speaks (its ABI_VERSION). A build

@@ -17,6 +17,7 @@ inlined instead.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import textwrap
@@ -27,8 +28,9 @@ import weakref
 from .constants import ConstantValue, const
 from .lookup import MISSING
 
-#: What a step returns when the read must be inlined after all.
-INLINE = object()
+
+class _Inline(Exception):
+    """A step found what it does not do itself: the read is inlined after all."""
 
 
 def _attribute_map_step(tx, obj, name: str, rest):
@@ -38,11 +40,11 @@ def _attribute_map_step(tx, obj, name: str, rest):
 
         mapping = rest(tx, obj, "attribute_map")
         if not isinstance(mapping, DictValue):
-            return INLINE
+            raise _Inline
         if mapping.contains(tx, const(name)):
             mapped = mapping.getitem(tx, const(name))
             if type(mapped) is not ConstantValue or type(mapped.value) is not str:
-                return INLINE
+                raise _Inline
             name = mapped.value
     return rest(tx, obj, name)
 
@@ -53,10 +55,10 @@ def _heterogeneity_step(tx, obj, name: str, rest):
 
     instance_dict = obj.generic_getattr(tx, "__dict__")
     if not isinstance(instance_dict, DictValue):
-        return INLINE
+        raise _Inline
     spec = instance_dict.lookup(tx, "_heterogeneity_spec")
     if spec is not MISSING and not (type(spec) is ConstantValue and spec.value is None):
-        return INLINE
+        raise _Inline
     return rest(tx, obj, name)
 
 
@@ -131,24 +133,12 @@ def chain(cls: type) -> list | None:
 
 
 def read(tx, obj, name: str, steps: list):
-    """``obj.name`` through the known ``steps`` (:func:`chain`); INLINE where one cannot say."""
-    def at(i):
-        if i == len(steps):
-            return lambda tx, obj, name: obj.generic_getattr(tx, name)
-        nxt = at(i + 1)
-
-        def run(tx, obj, name):
-            result = steps[i](tx, obj, name, nxt)
-            if result is INLINE:
-                raise _Inline
-            return result
-        return run
-
+    """``obj.name`` through the known ``steps`` (:func:`chain`), each calling the rest of the
+    chain as ``super()`` would; None where a step cannot say (the read is then inlined)."""
+    rest = lambda tx, obj, name: obj.generic_getattr(tx, name)  # noqa: E731 (object's)
+    for step in reversed(steps):
+        rest = functools.partial(step, rest=rest)
     try:
-        return at(0)(tx, obj, name)
+        return rest(tx, obj, name)
     except _Inline:
-        return INLINE
-
-
-class _Inline(Exception):
-    pass
+        return None

@@ -141,9 +141,8 @@ class UserObjectValue(Value):
             return hit[1]
         version, nodes = effects.version, len(out.graph.nodes)
         steps = known_getattribute.chain(type(self.obj))
-        result = known_getattribute.INLINE if steps is None else \
-            known_getattribute.read(tx, self, name, steps)
-        if result is known_getattribute.INLINE:
+        result = None if steps is None else known_getattribute.read(tx, self, name, steps)
+        if result is None:
             result = tx.inline_function(custom, [self, const(name)], {})
         # (not a number read from the object, a DeferredNumber: its .value would fix it by a
         # guard, as a use does)
