@@ -2328,6 +2328,8 @@ class _Renderer:
                 if isinstance(op.args[0], Sym):
                     return False
                 value = f"FJ_V({_literal(op.args[0], f32)})"
+            elif op.kind == "rand":  # the tile's numbers (rand_tiles), contiguous in r
+                value = f"fj_vld(fj_u_{op.args[0]}_{op.args[1]} + (r - fj_ub))"
             elif op.kind == "round":
                 x = operand(op.args[0])
                 if x is None:
