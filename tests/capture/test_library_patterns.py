@@ -2,12 +2,15 @@
 super().__getattribute__, the frame's own **kwargs mutated, inspecting a function's code,
 import statements, torch.compiler queries."""
 
+import collections
+import dataclasses
 import typing
 
 import pytest
 import torch
 
 import framejit
+from framejit import _C
 from framejit.testing import assert_close_to_eager
 
 
@@ -386,3 +389,94 @@ def test_typing_unions_are_read_as_constants(stats):
     compiled = framejit.compile(union_members)
     assert_close_to_eager(compiled(x, int | None), union_members(x, int | None))
     assert (stats.graphs, stats.graph_breaks) == (1, 0)
+
+
+@dataclasses.dataclass
+class OutputLike(collections.OrderedDict):
+    """Like transformers' ModelOutput: an OrderedDict dataclass whose __post_init__ and
+    __setattr__ go through dataclasses.fields at every write."""
+
+    hidden: torch.Tensor = None
+    extra: torch.Tensor | None = None
+    scale: float = 2.0
+
+    def __post_init__(self):
+        names = [f.name for f in dataclasses.fields(self)]
+        for name in names:
+            value = self.__dict__.get(name)
+            if value is not None:
+                self[name] = value
+
+    def __setattr__(self, name, value):
+        if name in {f.name for f in dataclasses.fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+
+@dataclasses.dataclass
+class Plain:
+    a: int = 1
+    b: float = 0.5
+
+
+class PlainChild(Plain):  # not decorated: its fields are its base's, read through the MRO
+    pass
+
+
+def makes_outputs(x, kind):
+    out = OutputLike(hidden=x + 1)
+    out.extra = x * out.scale
+    defaults = [f.default for f in dataclasses.fields(OutputLike)]
+    inherited = [f.name for f in dataclasses.fields(kind())]
+    return out["hidden"] + out["extra"] * len(out) + defaults[-1] * len(inherited), dataclasses.asdict(kind())
+
+
+def test_dataclass_fields_are_the_class_s_without_a_guard_on_each(stats, monkeypatch):
+    # dataclasses.fields of a dataclass, or of its instance made in the frame, is the class's
+    # fields as constants, not inlined: inlined, it guarded each field's name, default and kind
+    # (a transformers output sets an attribute through fields() at each write). A subclass
+    # without its own fields (read through the MRO), a dict subclass, asdict: as eager.
+    from framejit.capture import interpreter
+
+    inlined = []
+    real = interpreter.Translator.inline_code
+    monkeypatch.setattr(interpreter.Translator, "inline_code",
+                        lambda self, code, *a, **k: inlined.append(code.co_name) or real(self, code, *a, **k))
+    compiled, x = framejit.compile(makes_outputs, fullgraph=True), torch.randn(3)
+    for kind in (Plain, PlainChild):
+        got, want = compiled(x, kind), makes_outputs(x, kind)
+        assert_close_to_eager(got[0], want[0])
+        assert got[1] == want[1]
+    assert stats.graph_breaks == 0 and stats.recompiles == 1  # (kind is another class)
+    # PlainChild's fields are its base's: inlined, as Python reads them (by fields and asdict)
+    assert inlined.count("fields") == 2, inlined
+    # Plain's entry guards no field, where PlainChild's (inlined) guards each one's name and kind
+    field_guards = [sum("__dataclass_fields__[" in str(getattr(g, "source", "")) for g in entry[3].guards.guards)
+                    for entry in _C.get_cache_entries(makes_outputs.__code__)]
+    assert len(field_guards) == 2 and min(field_guards) == 0 and max(field_guards) >= 4, field_guards
+
+
+ATOMIC_TYPES = frozenset({int, float, torch.Tensor})
+
+
+def classifies(x, n):
+    made = Plain()
+    y = x + 1 if type(x) in ATOMIC_TYPES else x - 1
+    y = y * 2 if type(made) in ATOMIC_TYPES else y * 3
+    return y + 5 if type(n) in ATOMIC_TYPES else y - 5
+
+
+def test_a_class_is_looked_up_in_a_frozenset_of_classes(stats):
+    # (Python 3.12's dataclasses.asdict asks type(obj) in _ATOMIC_TYPES.) Membership in an
+    # immutable set is fixed by the item; the set, a global, is guarded as globals are.
+    global ATOMIC_TYPES
+    compiled, x = framejit.compile(classifies, fullgraph=True), torch.randn(3)
+    for n in (2, "two"):
+        assert_close_to_eager(compiled(x, n), classifies(x, n))
+    saved = ATOMIC_TYPES
+    try:
+        ATOMIC_TYPES = frozenset({str, Plain})
+        assert_close_to_eager(compiled(x, "two"), classifies(x, "two"))
+    finally:
+        ATOMIC_TYPES = saved
+    assert stats.graph_breaks == 0 and stats.recompiles == 2

@@ -630,10 +630,53 @@ def dataclass_fields_replace(tx, args, kwargs):
     return construct(tx, obj.cls_value, [], init_kwargs)
 
 
+def dataclass_fields(tx, args, kwargs):
+    """``dataclasses.fields(x)`` where ``x`` is a dataclass or an instance of one created in the
+    frame: its class's fields, each a constant. The ``@dataclass`` decorator fixes a class's
+    fields when it makes the class, so they follow from the class itself, which is guarded
+    where it comes from outside (a global, an argument's type). Inlined, ``fields`` read them
+    from ``__dataclass_fields__`` with a guard on each field's name, default and kind, checked
+    at every call: three dozen for a transformers output, which sets an attribute through
+    ``fields`` at each write. Anything else (an object from outside, a class or instance whose
+    ``__dataclass_fields__`` could be another's) runs the function's own code."""
+    cls = _fields_class(args[0]) if len(args) == 1 and not kwargs else None
+    if cls is None:
+        return tx.inline_function(dataclasses.fields, args, kwargs)
+    return TupleValue([ConstantValue(f) for f in dataclasses.fields(cls)])
+
+
+#: The usual attribute lookup, as object and dict (a transformers output's base) define it.
+_PLAIN_GETATTRIBUTE = (object.__getattribute__, dict.__getattribute__)
+
+
+def _fields_class(value) -> type | None:
+    """The dataclass whose fields ``dataclasses.fields(value)`` reads, where the capture knows
+    it exactly: a class, or an instance made in the frame without an instance attribute of
+    that name; read by the usual attribute lookup (no ``__getattribute__`` of its own)."""
+    from .objects import ClassValue
+
+    if isinstance(value, ObjectValue):
+        cls = value.user_class
+        if "__dataclass_fields__" in value.attrs or cls.__getattribute__ not in _PLAIN_GETATTRIBUTE:
+            return None
+    elif isinstance(value, ClassValue):
+        cls = value.cls
+        if type(cls).__getattribute__ is not type.__getattribute__:
+            return None
+    else:
+        return None
+    fields = cls.__dict__.get("__dataclass_fields__") if isinstance(cls, type) else None
+    # the class's own (as the decorator writes it), a plain dict of Field objects
+    if type(fields) is not dict or not all(type(f) is dataclasses.Field for f in fields.values()):
+        return None
+    return cls
+
+
 CONSTRUCTORS = {
     object.__setattr__: object_setattr, object.__delattr__: object_delattr, object.__new__: object_new,
     object.__init__: object_init,
     dataclasses.replace: dataclass_fields_replace,
+    dataclasses.fields: dataclass_fields,
 }
 
 __all__ = ["ObjectValue", "SuperValue", "construct", "make_super", "const"]
