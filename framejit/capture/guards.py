@@ -20,7 +20,7 @@ from torch.utils._device import DeviceContext as _DeviceContext
 
 from .. import diskcache
 from ..fx_ir.graph_module import NumberPool
-from .sources import ConstNames, Source, SourceLoader
+from .sources import ConstNames, HasKeySource, InstanceDictHasSource, Source, SourceLoader
 from .values.lookup import HEAPTYPE
 
 _guard_numbers = NumberPool()  # ___guard_N: see NumberPool
@@ -240,6 +240,43 @@ class EqualsGuard(Guard):
         if type(value) is type(self.value) and (value == self.value or (value != value and self.value != self.value)):
             return None
         return f"{self.source.name()}: {short_repr(self.value)} → {short_repr(value)}"
+
+
+def _key_presence_sets(guards: list) -> dict:
+    """Guards that a dict holds a key, or does not (``k in d``, ``'x' in obj.__dict__``), taken
+    together per dict and answer: the first one's id -> the frozenset of keys its test covers,
+    the others' ids -> None (written by that test). A transformers config read through its
+    ``__getattribute__`` asks its ``__dict__`` for fifty names it does not hold: fifty lines a
+    call, where one set test does it."""
+    groups: dict = {}
+    for g in guards:
+        if type(g) is EqualsGuard and type(g.value) is bool \
+                and type(g.source) in (HasKeySource, InstanceDictHasSource):
+            index = g.source.index if type(g.source) is HasKeySource else g.source.attr
+            groups.setdefault((type(g.source), g.source.base.key, g.value), []).append((g, index))
+    sets: dict = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        try:
+            keys = frozenset(index for _, index in members)
+        except TypeError:  # (an unhashable key: its own lines)
+            continue
+        sets[id(members[0][0])] = keys
+        sets.update((id(g), None) for g, _ in members[1:])
+    return sets
+
+
+def _key_set_test(guard: EqualsGuard, keys: frozenset, value_of, names) -> str:
+    """One line for :func:`_key_presence_sets`' group that ``guard`` heads: the container's
+    ``__contains__`` (the one test each guard made) false for every key, or true for all."""
+    source = guard.source
+    if type(source) is HasKeySource:
+        d = value_of(source.base)
+    else:
+        d = f"{names(object.__getattribute__)}({value_of(source.base)}, '__dict__')"
+    each = f"{names(map)}({d}.__contains__, {names(tuple(keys))})"
+    return f"if not {names(all)}({each}): return False" if guard.value else f"if {names(any)}({each}): return False"
 
 
 class NotShadowedGuard(Guard):
@@ -600,11 +637,17 @@ class GuardSet:
         ordered = sorted(self.guards, key=lambda g: (_depth(g.source), g.order))
         check, in_batch = self._batched_tensor_check([g for g in ordered if type(g) is TensorGuard])
         batched: list[str] = []  # the values it checks, loaded where their guards stood, in order
+        key_sets = _key_presence_sets(ordered)
         for guard in ordered:
             if isinstance(guard, TypeGuard) and (guard.source, guard.typ) in implied:
                 continue
             if check is not None and id(guard) in in_batch:
                 batched.append(value_of(guard.source))
+                continue
+            if id(guard) in key_sets:
+                keys = key_sets[id(guard)]
+                if keys is not None:
+                    lines.append(_key_set_test(guard, keys, value_of, names))
                 continue
             if isinstance(guard, AliasGuard):
                 tests = guard.code2(value_of(guard.source), value_of(guard.other))

@@ -302,6 +302,36 @@ def test_a_dict_read_a_key_at_a_time_guards_only_those_keys(stats):
             OPTIONS.pop(k, None)
 
 
+def test_a_dict_s_read_keys_are_guarded_in_one_test_each_way(stats):
+    # The keys a dict was found to hold, and those it was found not to hold, are checked by one
+    # line each (all of them in it; none of them in it), as each key's guard would: adding any
+    # absent key, or deleting any present one, recompiles with that key named.
+    def reads(x):
+        for name in ("scale", "shift", "bias"):
+            if name in OPTIONS:
+                x = x * OPTIONS[name]
+        return x + OPTIONS.get("offset", 0.0) + OPTIONS.get("unused_3", 0)
+
+    compiled, x = framejit.compile(reads), torch.randn(3)
+    OPTIONS["scale"] = 2.0
+    try:
+        assert_close_to_eager(compiled(x), reads(x))
+        ((guard_fn, _, _, _),) = _C.get_cache_entries(reads.__code__)
+        source = guard_fn.__framejit_source__
+        assert source.count(".__contains__, ") == 2 and ".__contains__('" not in source, source
+        for step, key in enumerate(("shift", "bias", "offset"), start=1):
+            OPTIONS[key] = 0.5
+            assert_close_to_eager(compiled(x), reads(x))
+            assert stats.recompiles == step and f"'{key}' in OPTIONS" in stats.recompile_reasons[-1][1]
+        del OPTIONS["unused_3"]  # a key it found present
+        assert_close_to_eager(compiled(x), reads(x))
+        assert stats.recompiles == 4 and "'unused_3' in OPTIONS" in stats.recompile_reasons[-1][1]
+    finally:
+        for k in ("scale", "shift", "bias", "offset"):
+            OPTIONS.pop(k, None)
+        OPTIONS["unused_3"] = 3
+
+
 def test_parameter_values_are_not_baked_in(stats):
     model = nn.Linear(3, 3)
     compiled = framejit.compile(model)
