@@ -503,6 +503,24 @@ static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
     a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 1);
     return a0[0];
 }
+/* fj_lanes_sum of a0..a3, and into *sq of q0..q3: the same adds in the same order, the two
+   sums' lanes side by side in one vector (the first step adds each one's halves; the rest add
+   within the halves), so that a layer norm's two sums over a short row take half the shuffles
+   and adds */
+static inline float fj_lanes_sum2(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3, fj_vf q0, fj_vf q1,
+                                  fj_vf q2, fj_vf q3, float *restrict sq) {
+    const fj_vi ids = FJ_LANE_IDS, lo = ids + ((ids >= FJ_VW / 2) & (FJ_VW / 2));
+    a0 = (a0 + a1) + (a2 + a3);
+    q0 = (q0 + q1) + (q2 + q3);
+    fj_vf s = __builtin_shuffle(a0, q0, lo) + __builtin_shuffle(a0, q0, lo + FJ_VW / 2);
+#if FJ_VW == 16
+    s += __builtin_shuffle(s, ids ^ 4);
+#endif
+    s += __builtin_shuffle(s, ids ^ 2);
+    s += __builtin_shuffle(s, ids ^ 1);
+    *sq = s[FJ_VW / 2];
+    return s[0];
+}
 /* The sum of e[0..n): blocks of 4 vectors into four accumulators, then a vector at a time into
    the first, the last m < FJ_VW into the second (fj_h2f_sum_tile and fj_exp_sub_tile add
    alike) */
@@ -559,8 +577,7 @@ static inline float fj_sum_sq_tile(const float *restrict e, int64_t n, float *re
         a1 += v;
         q1 += v * v;
     }
-    *sq = fj_lanes_sum(q0, q1, q2, q3);
-    return fj_lanes_sum(a0, a1, a2, a3);
+    return fj_lanes_sum2(a0, a1, a2, a3, q0, q1, q2, q3, sq);
 }
 /* f over e[0..n) in place (as FJ_TILE_FUNCTION), and the sum of the results as fj_sum_tile
    adds them, in one pass: fj_exp_sum_tile (a log-softmax's sum of exps) and fj_round_h_sum_tile
@@ -2754,9 +2771,13 @@ class _Renderer:
         mean, the mean plus eps and rsqrt. In :meth:`interleaved_rows` that step is a loop over
         the step's rows alone, so that the rows' chains of roundings, sqrt and division overlap
         in the processor: a bf16 RMSNorm over rows of 16 ran 1.2x faster, over rows of 128
-        1.2x, fp16 1.1x and 1.25x. Other rows' values stay in the step that reads them (their
-        own loop made an fp32 layer norm over rows of 128 1.15x slower)."""
-        return any(self.k.ops[i].kind == "round" for i in ops)
+        1.2x, fp16 1.1x and 1.25x. So do values that take sqrt or rsqrt over rows of at most
+        :data:`TILED_SUM_ROW` (an fp32 layer norm over rows of 16 1.1x faster, an RMSNorm
+        1.15x, as eight rows' vector code). Other rows' values stay in the step that reads them
+        (their own loop made an fp32 layer norm over rows of 128 1.15x slower)."""
+        short = isinstance(self.rnumel, int) and self.rnumel <= TILED_SUM_ROW
+        return any(self.k.ops[i].kind == "round" or short and self.k.ops[i].kind in ("sqrt", "rsqrt")
+                   for i in ops)
 
     def per_row_step(self, ops: list[int], indent: str) -> None:
         if self.interleaved:

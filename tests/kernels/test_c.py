@@ -563,6 +563,38 @@ def test_a_row_s_rounded_values_for_eight_rows_at_once_give_the_one_row_bits(thr
     assert_close_to_eager(got, rms(x, w), rtol=rtol)
 
 
+@pytest.mark.parametrize("n", [16, 32])
+def test_a_short_row_s_sqrt_for_eight_rows_at_once_gives_the_one_row_bits(threads, monkeypatch, n):
+    # fp32 layer norm and RMSNorm over rows of at most TILED_SUM_ROW: each row's variance,
+    # plus eps and rsqrt, take a step of their own, eight rows at once as vector code (an fp32
+    # layer norm over rows of 16 1.1x faster), the last rows of 67 in the loop. Rows of zeros
+    # (rsqrt of eps), tiny values, huge ones, NaN, inf, -0.0. The bits
+    # of one row at a time, and eager's values.
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def ln(x, w):
+        return torch.nn.functional.layer_norm(x, (n,), w, w)
+
+    x = torch.randn(67, n) * 3
+    x[1], x[2], x[3] = 0.0, 1e-30, 1.0e18
+    x[4, 3], x[5, 0], x[6, 7], x[9] = float("nan"), float("inf"), -float("inf"), -0.0
+    w = torch.randn(n)
+    for fn in (ln, rms):
+        got, backend = run_kernels(fn, x, w)
+        source = backend.kernels[0].source
+        assert "fj_sqrt8(" in source and "#ifdef FJ_ROWS8" in source, source
+        with monkeypatch.context() as m:
+            m.setattr(c_render, "INTERLEAVE_ROWS", 1)
+            one, alone = run_kernels(fn, x, w)
+        assert "fj_sqrt8(" not in alone.kernels[0].source
+        _assert_same_bits(got, one)
+        assert_close_to_eager(got, fn(x, w))
+    # rows of 64 keep their values in the step that reads them
+    _, backend = run_kernels(rms, torch.randn(67, 64), torch.randn(64))
+    assert "fj_sqrt8(" not in backend.kernels[0].source
+
+
 @pytest.mark.parametrize("f16c", ["f16c", "no-f16c"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_a_row_s_value_rounded_for_eight_rows_at_once_rounds_like_torch(threads, dtype, f16c,
@@ -840,6 +872,46 @@ static float x[2048] __attribute__((aligned(64))), e[2048] __attribute__((aligne
     ed[2048] __attribute__((aligned(64))), es[2048] __attribute__((aligned(64))), we[2048],
     ws[2048];
 static unsigned long long bad, count;
+/* fj_sum_sq_tile as it was, each sum through its own fj_lanes_sum */
+static float ref_sum_sq(const float *restrict e, int64_t n, float *restrict sq) {
+    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, q0 = a0, q1 = a0, q2 = a0, q3 = a0, v;
+    int64_t i = 0;
+    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
+        a0 += v;
+        q0 += v * v;
+        memcpy(&v, e + i + FJ_VW, sizeof v);
+        a1 += v;
+        q1 += v * v;
+        memcpy(&v, e + i + 2 * FJ_VW, sizeof v);
+        a2 += v;
+        q2 += v * v;
+        memcpy(&v, e + i + 3 * FJ_VW, sizeof v);
+        a3 += v;
+        q3 += v * v;
+    }
+    for (; i + FJ_VW <= n; i += FJ_VW) {
+        memcpy(&v, e + i, sizeof v);
+        a0 += v;
+        q0 += v * v;
+    }
+    const int64_t m = n - i;
+    if (m > 0 && m < FJ_VW) {
+        v = FJ_TAIL_LOAD(e + i, m);
+        a1 += v;
+        q1 += v * v;
+    }
+    *sq = fj_lanes_sum(q0, q1, q2, q3);
+    return fj_lanes_sum(a0, a1, a2, a3);
+}
+/* A layer norm's two sums in one vector (fj_lanes_sum2): each one's own bits */
+static void check_sum_sq(const float *v, int n) {
+    float sq, wsq;
+    const float a = fj_sum_sq_tile(v, n, &sq), wa = ref_sum_sq(v, n, &wsq);
+    bad += !same(a, wa) + !same(sq, wsq);
+    if (!same(a, wa) || !same(sq, wsq))
+        printf("sum_sq n=%d: %a %a vs %a %a\n", n, a, sq, wa, wsq);
+}
 static void check(int n) {  /* x[0..n) through the tiles and through the scalar form */
     memcpy(e, x, sizeof x);
     memcpy(s, x, sizeof x);
@@ -873,6 +945,7 @@ static void check(int n) {  /* x[0..n) through the tiles and through the scalar 
     /* (a max of -0.0 and 0.0 may take either, as the plain loop's vector reduction) */
     bad += !same(sum, fj_sum_tile(d, n)) + !same(fused, fj_sum_tile(d, n)) + (m != wm)
         + (nan != wnan);
+    check_sum_sq(x, n < 64 ? n : 64);
     count += n;
 }
 int main(void) {
@@ -894,6 +967,19 @@ int main(void) {
             x[i] = edges[(i * 7 + n) % m] + (i % 3 == 2 ? 0.001f * (float)i : 0.0f);
         check(n);
     }
+    /* rows of like magnitudes and either sign, where each order of the adds rounds its own
+       way; and rows of -0.0 (the sum of -0.0s is +0.0, as fj_lanes_sum's first adds make it) */
+    uint32_t state = 12345;
+    for (int t = 0; t < 200000; t++) {
+        const int n = 1 + t % 100;
+        for (int i = 0; i < n; i++) {
+            state = state * 1664525u + 1013904223u;
+            x[i] = ((float)(state >> 8) / 16777216.0f - 0.5f) * (t % 7 == 0 ? 1e-20f : 3.0f);
+            if (t % 11 == 0)
+                x[i] = -0.0f;
+        }
+        check_sum_sq(x, n);
+    }
     printf("%llu %llu\n", bad, count);
     return 0;
 }
@@ -905,7 +991,8 @@ def test_vector_tiles_compute_the_scalar_form_s_bits(tmp_path, isa):
     # (gcc's vector code for fj_expf) give the same bits for exp and sigmoid, at every 7th fp32 bit pattern (613M floats) and at
     # the edges of the range (subnormal results, the clamps, inf, NaN), with every tail length;
     # a softmax's fj_exp_sub_tile gives fj_exp_tile's exps, fj_sum_tile's sum and a max loop's
-    # max and NaN flag; fj_exp_sum_tile gives fj_exp_tile's exps and fj_sum_tile's sum.
+    # max and NaN flag; fj_exp_sum_tile gives fj_exp_tile's exps and fj_sum_tile's sum; a layer
+    # norm's fj_sum_sq_tile gives each of its two sums' own bits, added in one vector.
     if not _compiler_takes_vector_tiles(tmp_path):
         pytest.skip("the C compiler takes no vector tiles on this machine: exp and sigmoid "
                     "stay in their loops (the tile form is not compiled)")
