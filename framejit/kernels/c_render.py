@@ -333,6 +333,15 @@ static inline float fj_expf(float x) {
 #endif
 }
 
+/* A plain loop's lanes of a sum (SUM_LANES of them, a power of two) added pairwise: lane j
+   and lane j + n/2, then j + n/4, ...: five steps, where adding them in order was a chain of
+   32 dependent adds (an fp32 layer norm over rows of 128 took three such chains a row) */
+static inline float fj_fold_lanes(float *l, int n) {
+    for (int s = n / 2; s > 0; s /= 2)
+        for (int j = 0; j < s; j++)
+            l[j] += l[j + s];
+    return l[0];
+}
 /* Vector tiles (see the renderer's vector_tiles): fj_expf and its users over FJ_VW floats in a
    register, in AVX-512 (16 floats) or AVX2 with FMA and F16C (8: most x86 laptops and
    desktops). gcc's builtins, so that no unit parses <immintrin.h> for them; other compilers
@@ -2201,7 +2210,7 @@ class _Renderer:
         """:meth:`row_loop`'s loop as plain C. Where its tail adds into fp32 sums (``c<i> +=``)
         over a row of at least SUM_LANES (or a run-time one), the row goes in blocks of
         SUM_LANES points, each point adding into its own lane ``c<i>_l[r - fj_l0]``, then the rest
-        as one loop; the lanes then add into ``c<i>`` in order. The same at any thread count,
+        as one loop; the lanes then add pairwise (fj_fold_lanes) into ``c<i>``. The same at any thread count,
         and alike in the static and the run-time kernel of a row."""
         lanes = [line.split(" += ")[0] for line in tail if re.fullmatch(r"c\d+ \+= [^;]+;", line)]
         # Not where the loop also stores (a row buffer, an output): gcc then keeps the lanes in
@@ -2221,8 +2230,7 @@ class _Renderer:
             self.lines.append(f"{inner}}}")
             self.plain_body(pragma, body, "fj_l0", hi, inner, tail, fills)
             for c in lanes:
-                self.lines.append(f"{inner}for (int fj_j = 0; fj_j < {SUM_LANES}; fj_j++) "
-                                  f"{c} += {c}_l[fj_j];")
+                self.lines.append(f"{inner}{c} += fj_fold_lanes({c}_l, {SUM_LANES});")
             self.lines.append(f"{indent}}}")
             return
         self.plain_body(pragma, body, lo, hi, indent, tail, fills)
