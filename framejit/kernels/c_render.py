@@ -2172,6 +2172,13 @@ class _Renderer:
             self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
             self.lines.append("#endif")
             return
+        if self.piece is not None and lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16:
+            # A piece of a row (a concatenation's) shorter than a vector tile: its loop, which
+            # gcc makes one vector's code, where the tiles took a call per conversion and
+            # rounding for a handful of values (an fp16 rotary embedding over rows of 16, in
+            # pieces of 8, ran 14x slower than Inductor's)
+            self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
+            return
         plain = self.vector_tiled(body)
         short_bf16 = bool((tile and tile[2]) or plain[0]) and isinstance(self.rnumel, int) \
             and self.rnumel < 64
