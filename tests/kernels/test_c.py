@@ -876,42 +876,14 @@ static float x[2048] __attribute__((aligned(64))), e[2048] __attribute__((aligne
     ed[2048] __attribute__((aligned(64))), es[2048] __attribute__((aligned(64))), we[2048],
     ws[2048];
 static unsigned long long bad, count;
-/* fj_sum_sq_tile as it was, each sum through its own fj_lanes_sum */
-static float ref_sum_sq(const float *restrict e, int64_t n, float *restrict sq) {
-    fj_vf a0 = FJ_V(0.0f), a1 = a0, a2 = a0, a3 = a0, q0 = a0, q1 = a0, q2 = a0, q3 = a0, v;
-    int64_t i = 0;
-    for (; i + 4 * FJ_VW <= n; i += 4 * FJ_VW) {
-        memcpy(&v, e + i, sizeof v);
-        a0 += v;
-        q0 += v * v;
-        memcpy(&v, e + i + FJ_VW, sizeof v);
-        a1 += v;
-        q1 += v * v;
-        memcpy(&v, e + i + 2 * FJ_VW, sizeof v);
-        a2 += v;
-        q2 += v * v;
-        memcpy(&v, e + i + 3 * FJ_VW, sizeof v);
-        a3 += v;
-        q3 += v * v;
-    }
-    for (; i + FJ_VW <= n; i += FJ_VW) {
-        memcpy(&v, e + i, sizeof v);
-        a0 += v;
-        q0 += v * v;
-    }
-    const int64_t m = n - i;
-    if (m > 0 && m < FJ_VW) {
-        v = FJ_TAIL_LOAD(e + i, m);
-        a1 += v;
-        q1 += v * v;
-    }
-    *sq = fj_lanes_sum(q0, q1, q2, q3);
-    return fj_lanes_sum(a0, a1, a2, a3);
-}
-/* A layer norm's two sums in one vector (fj_lanes_sum2): each one's own bits */
+/* A layer norm's two sums in one vector (fj_lanes_sum2): each one's own bits, those of
+   fj_sum_tile over the values and over their squares (the same adds, each folded alone) */
+static float squares[2048] __attribute__((aligned(64)));
 static void check_sum_sq(const float *v, int n) {
-    float sq, wsq;
-    const float a = fj_sum_sq_tile(v, n, &sq), wa = ref_sum_sq(v, n, &wsq);
+    float sq;
+    for (int i = 0; i < n; i++)
+        squares[i] = v[i] * v[i];
+    const float a = fj_sum_sq_tile(v, n, &sq), wa = fj_sum_tile(v, n), wsq = fj_sum_tile(squares, n);
     bad += !same(a, wa) + !same(sq, wsq);
     if (!same(a, wa) || !same(sq, wsq))
         printf("sum_sq n=%d: %a %a vs %a %a\n", n, a, sq, wa, wsq);
