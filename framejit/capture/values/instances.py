@@ -665,7 +665,7 @@ def _fields_class(value) -> type | None:
             return None
     else:
         return None
-    fields = cls.__dict__.get("__dataclass_fields__") if isinstance(cls, type) else None
+    fields = cls.__dict__.get("__dataclass_fields__")
     # the class's own (as the decorator writes it), a plain dict of Field objects
     if type(fields) is not dict or not all(type(f) is dataclasses.Field for f in fields.values()):
         return None

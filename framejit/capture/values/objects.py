@@ -221,16 +221,18 @@ class UserObjectValue(Value):
         if fn is None:
             if is_identity_key(tx, self, item):
                 return keyed_contains(tx, self, item)
-            known = item.as_constant() if item.is_constant() else item.pinned_object()
-            if type(self.obj) is frozenset and (known is not None or item.is_constant()):
+            if type(self.obj) is frozenset:
                 # An immutable set (3.12's dataclasses.asdict: type(obj) in _ATOMIC_TYPES): the
                 # membership of a constant, or of an object pinned by the guards, is fixed
                 # while the set is the same one
-                try:
-                    return known in self.pin(tx)
-                except TypeError as e:  # an unhashable item: Python raises it there
-                    raise Unsupported(f"`in` between {item.describe()} and {self.describe()} "
-                                      f"raises TypeError: {e}") from e
+                constant = item.is_constant()
+                known = item.as_constant() if constant else item.pinned_object()
+                if constant or known is not None:
+                    try:
+                        return known in self.pin(tx)
+                    except TypeError as e:  # an unhashable item: Python raises it there
+                        raise Unsupported(f"`in` between {item.describe()} and {self.describe()} "
+                                          f"raises TypeError: {e}") from e
             if isinstance(self.obj, dict):
                 return self.dict_storage(tx).contains(tx, item)
             return super().contains(tx, item)
