@@ -498,6 +498,70 @@ static inline fj_v8f fj_round_bf8(fj_v8f a) {
     u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     return (fj_v8f)((u & ~nan) | (0x7fc00000u & nan));
 }
+/* ... and the first n <= 8 points of a row at once: vector_body's loads, stores and selects for
+   a piece of a row of 8 to 15 points (a concatenation's), whose FJ_VW-wide forms would read past
+   it; the lanes past n hold zeros. The same bits as theirs (n is a constant: a load or store of
+   8, or of a piece's last n points, is one instruction) */
+typedef int32_t fj_v8i __attribute__((vector_size(32)));
+typedef unsigned short fj_v8s __attribute__((vector_size(16)));
+typedef short fj_v8hi __attribute__((vector_size(16)));
+static inline fj_v8f fj_v8ld(const float *p, int n) {
+    fj_v8f v = {0};
+    if (n == 8)
+        memcpy(&v, p, sizeof v);
+    else
+        for (int i = 0; i < n; i++)
+            v[i] = p[i];
+    return v;
+}
+static inline void fj_v8st(float *p, fj_v8f v, int n) {
+    if (n == 8)
+        memcpy(p, &v, sizeof v);
+    else
+        for (int i = 0; i < n; i++)
+            p[i] = v[i];
+}
+static inline fj_v8f fj_v8ldh(const uint16_t *p, int n) {
+    fj_v8s w = {0};
+    if (n == 8)
+        memcpy(&w, p, sizeof w);
+    else
+        for (int i = 0; i < n; i++)
+            w[i] = p[i];
+    return __builtin_ia32_vcvtph2ps256((fj_v8hi)w);
+}
+static inline void fj_v8sth(uint16_t *p, fj_v8f v, int n) {
+    const fj_v8s w = (fj_v8s)__builtin_ia32_vcvtps2ph256(v, 0);
+    if (n == 8)
+        memcpy(p, &w, sizeof w);
+    else
+        for (int i = 0; i < n; i++)
+            p[i] = w[i];
+}
+static inline fj_v8f fj_v8ldbf(const uint16_t *p, int n) {
+    fj_v8s w = {0};
+    if (n == 8)
+        memcpy(&w, p, sizeof w);
+    else
+        for (int i = 0; i < n; i++)
+            w[i] = p[i];
+    return (fj_v8f)(__builtin_convertvector(w, fj_v8u) << 16);
+}
+static inline void fj_v8stbf(uint16_t *p, fj_v8f v, int n) {
+    const fj_v8s w = __builtin_convertvector((fj_v8u)fj_round_bf8(v) >> 16, fj_v8s);
+    if (n == 8)
+        memcpy(p, &w, sizeof w);
+    else
+        for (int i = 0; i < n; i++)
+            p[i] = w[i];
+}
+static inline fj_v8f fj_v8sel(fj_v8i m, fj_v8f a, fj_v8f b) {
+    return (fj_v8f)(((fj_v8i)a & m) | ((fj_v8i)b & ~m));
+}
+#define fj_v8relu(x) ((fj_v8f)((fj_v8i)(x) & ~((x) < FJ_V8(0.0f))))
+#define fj_v8maximum(x, y) fj_v8sel(((x) > (y)) | ((x) != (x)), (x), (y))
+#define fj_v8minimum(x, y) fj_v8sel(((x) < (y)) | ((x) != (x)), (x), (y))
+#define fj_v8abs(x) ((fj_v8f)((fj_v8i)(x) & 0x7fffffff))
 #endif
 /* The sum of four vector accumulators, then pairwise across lanes: in registers (through
    memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
@@ -2259,6 +2323,17 @@ class _Renderer:
                    "maximum": "fj_vmaximum({0}, {1})", "minimum": "fj_vminimum({0}, {1})",
                    "abs": "fj_vabs({0})"}
     _VECTOR_COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    #: vector_body's names: FJ_VW floats a vector, or eight (a short piece of a row)
+    _WIDE = {"f": "fj_vf", "i": "fj_vi", "V": "FJ_V", "ld": "fj_vld", "ldh": "fj_vldh",
+             "ldbf": "fj_vldbf", "st": "fj_vst", "sth": "fj_vsth", "stbf": "fj_vstbf",
+             "round_h": "fj_round_hv", "round_bf": "fj_round_bfv", "sel": "fj_vsel",
+             "width": "FJ_VW", "if": "#if FJ_VEC_TILES"}
+    _EIGHT = {"f": "fj_v8f", "i": "fj_v8i", "V": "FJ_V8", "ld": "fj_v8ld", "ldh": "fj_v8ldh",
+              "ldbf": "fj_v8ldbf", "st": "fj_v8st", "sth": "fj_v8sth", "stbf": "fj_v8stbf",
+              "round_h": "fj_round_h8", "round_bf": "fj_round_bf8", "sel": "fj_v8sel",
+              "width": "8", "if": "#ifdef FJ_ROWS8"}
+    _EIGHT_OPS = {kind: form.replace("fj_v", "fj_v8") for kind, form in _VECTOR_OPS.items()
+                  if kind not in ("exp", "sigmoid")}
 
     def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
                     tail: list[str], fills) -> bool:
@@ -2269,12 +2344,23 @@ class _Renderer:
         sums add into four vector accumulators, four vectors a step. The rest of the row, under
         a vector, is the plain loop, its sums added in order. The same bits as the plain loop,
         but for the sums' order and a NaN's payload; a static kernel's and a run-time one's
-        alike."""
+        alike.
+
+        A piece of a row (a concatenation's) of 8 to 15 points that loads, rounds or stores fp16
+        or bf16 takes eight floats a vector (under ``#ifdef FJ_ROWS8``: AVX and F16C), then its
+        last points as a vector of that many: gcc's loop over such a piece converted and rounded each fp16 value through
+        fj_f2h's integer form (an fp16 rotary embedding over rows of 16, in pieces of 8, ran at
+        0.08x Inductor's)."""
         k = self.k
-        if self.ahead is not None or self.piece is not None:
+        short = lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16
+        eight = self.piece is not None and short and int(hi) - int(lo) >= 8
+        if self.ahead is not None or (self.piece is not None and not eight):
             return False
-        if lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
+        if short and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
             return False
+        n = self._EIGHT if eight else self._WIDE
+        vector_ops = self._EIGHT_OPS if eight else self._VECTOR_OPS
+        count = ", fj_n" if eight else ""  # eight lanes' loads and stores take their count
         sums = []
         for line in tail:
             m = re.fullmatch(r"c(\d+) \+= t(\d+);", line)
@@ -2291,13 +2377,25 @@ class _Renderer:
                 return None
             if j in inside:
                 return f"v{j}"
-            return f"FJ_V(t{j})" if dtype == f32 else f"((fj_vi){{0}} - (t{j} != 0))"
+            return f"{n['V']}(t{j})" if dtype == f32 else f"(({n['i']}){{0}} - (t{j} != 0))"
 
         def kept_at(i) -> str | None:
             """Where row-buffered op ``i``'s vector at ``r`` starts (None: not contiguous)."""
             if i in self.scratch:
                 return self.contiguous_at(self.scratch[i], FULL, "r")
             return f"{self.row_buffer(i)} + r"
+
+        def load_at(op) -> str | None:
+            """Where a load's vector at ``r`` starts (None: not contiguous). In a piece, a load
+            of a concat's operand reads its buffer at ``r - start``."""
+            if not spans_of(op):
+                return self.contiguous_at(op.args[0], op.level, "r")
+            b = k.buffer(op.args[0])
+            d = self.rdims[0]
+            if not eight or op.level != FULL or b.strides[d] != 1 or not all(
+                    self.in_piece(sp) for sp in spans_of(op) if sp.dim == d):
+                return None
+            return f"{b.name} + {self.spanned_offset(b.name, op.level, spans_of(op))}"
 
         statements: list[str] = []
         for i in body:
@@ -2306,7 +2404,7 @@ class _Renderer:
                 at = f"h{i} + r" if i in self.shared else kept_at(i)
                 if op.dtype != f32 or at is None:
                     return False
-                statements.append(f"const fj_vf v{i} = fj_vld({at});")
+                statements.append(f"const {n['f']} v{i} = {n['ld']}({at}{count});")
                 continue
             if op.kind == "store":
                 name, src = op.args
@@ -2315,17 +2413,18 @@ class _Renderer:
                 v = operand(src)
                 if at is None or v is None or op.level != FULL:
                     return False
+                nt = "_nt" if self.stream and not eight else ""
                 if dt == f32:
-                    fn = "fj_vst_nt" if self.stream else "fj_vst"
+                    fn = n["st"] + nt
                 elif dt == torch.float16:
-                    fn = "fj_vsth_nt" if self.stream else "fj_vsth"
+                    fn = n["sth"] + nt
                 elif dt == torch.bfloat16:
-                    fn = "fj_vstbf"
+                    fn = n["stbf"]
                 else:
                     return False
                 half |= dt == torch.float16
                 bf16_work |= dt == torch.bfloat16
-                statements.append(f"{fn}({at}, {v});")
+                statements.append(f"{fn}({at}, {v}{count});")
                 continue
             if op.dtype == torch.bool:  # a mask, where the plain loop holds 0 or 1
                 if op.kind in self._VECTOR_COMPARES:
@@ -2343,55 +2442,60 @@ class _Renderer:
                     value = None
                 if value is None:
                     return False
-                statements.append(f"const fj_vi v{i} = {value};")
+                statements.append(f"const {n['i']} v{i} = {value};")
                 continue
             if op.dtype != f32:
                 return False
             if op.kind == "load":
                 dt = k.buffer(op.args[0]).dtype
-                at = None if spans_of(op) else self.contiguous_at(op.args[0], op.level, "r")
-                fn = {f32: "fj_vld", torch.float16: "fj_vldh", torch.bfloat16: "fj_vldbf"}.get(dt)
+                at = load_at(op)
+                fn = {f32: n["ld"], torch.float16: n["ldh"], torch.bfloat16: n["ldbf"]}.get(dt)
                 if at is None or fn is None:
                     return False
                 half |= dt == torch.float16
                 bf16_load |= dt == torch.bfloat16
-                value = f"{fn}({at})"
+                value = f"{fn}({at}{count})"
             elif op.kind == "const":
                 if isinstance(op.args[0], Sym):
                     return False
-                value = f"FJ_V({_literal(op.args[0], f32)})"
+                value = f"{n['V']}({_literal(op.args[0], f32)})"
             elif op.kind == "rand":  # the tile's numbers (rand_tiles), contiguous in r
-                value = f"fj_vld(fj_u_{op.args[0]}_{op.args[1]} + (r - fj_ub))"
+                value = f"{n['ld']}(fj_u_{op.args[0]}_{op.args[1]} + (r - fj_ub){count})"
+            elif op.kind == "concat":  # in a piece of the row: the operand it takes there
+                c = self.chosen(op)
+                value = None if c is None else operand(c)
+                if value is None:
+                    return False
             elif op.kind == "round":
                 x = operand(op.args[0])
                 if x is None:
                     return False
                 half |= op.args[1] == torch.float16
                 bf16_work |= op.args[1] == torch.bfloat16
-                value = f"fj_round_hv({x})" if op.args[1] == torch.float16 else f"fj_round_bfv({x})"
+                value = f"{n['round_h']}({x})" if op.args[1] == torch.float16 else f"{n['round_bf']}({x})"
             elif op.kind == "where":
                 xs = [operand(op.args[0], torch.bool), operand(op.args[1]), operand(op.args[2])]
                 if None in xs:
                     return False
-                value = f"fj_vsel({xs[0]}, {xs[1]}, {xs[2]})"
+                value = f"{n['sel']}({xs[0]}, {xs[1]}, {xs[2]})"
             elif op.kind == "cast" and is_operand(op.args[0]) and k.ops[op.args[0]].dtype == torch.bool:
                 c = operand(op.args[0], torch.bool)
                 if c is None:
                     return False
-                value = f"(fj_vf)({c} & (fj_vi)FJ_V(1.0f))"
-            elif op.kind in self._VECTOR_OPS:
+                value = f"({n['f']})({c} & ({n['i']}){n['V']}(1.0f))"
+            elif op.kind in vector_ops:
                 xs = [operand(a) for a in op.args]
                 if None in xs:
                     return False
-                value = self._VECTOR_OPS[op.kind].format(*xs)
+                value = vector_ops[op.kind].format(*xs)
             else:
                 return False
-            statements.append(f"const fj_vf v{i} = {value};")
+            statements.append(f"const {n['f']} v{i} = {value};")
         for i in fills:
             at = kept_at(i)
             if k.ops[i].dtype != f32 or i not in inside or at is None:
                 return False
-            statements.append(f"fj_vst({at}, v{i});")
+            statements.append(f"{n['st']}({at}, v{i}{count});")
         if any(operand(src) is None or src not in inside for _, src in sums):
             return False
         # Where the loop converts fp16 values; or sums bf16 loads, neither rounding to bf16 nor
@@ -2403,21 +2507,27 @@ class _Renderer:
         # Not bf16 rows under 64, which keep their tiles (see row_loop): in this form a bf16
         # x - mean over rows of 24 ran 1.3x slower, its last 8 values in the plain loop.
         long = not isinstance(self.rnumel, int) or self.rnumel >= 64
-        if not (half or sums and bf16_load and not bf16_work and long) or not VECTOR_BODY:
+        wanted = half or bf16_load or bf16_work if eight else \
+            half or sums and bf16_load and not bf16_work and long
+        if not wanted or not VECTOR_BODY:
             return False
         ind, inner = indent + "    ", indent + "        "
-        lines = ["#if FJ_VEC_TILES", f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
+        w = n["width"]
+        lines = [n["if"], f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
 
         def step(unroll: int, into) -> None:
-            lines.append(f"{ind}for (; fj_r + {unroll} * FJ_VW <= {hi}; fj_r += {unroll} * FJ_VW) {{")
+            lines.append(f"{ind}for (; fj_r + {unroll} * {w} <= {hi}; fj_r += {unroll} * {w}) {{")
             for u in range(unroll):
                 lines.append(f"{inner}{{")
-                lines.append(f"{inner}    const int64_t r = fj_r + {u} * FJ_VW;")
+                lines.append(f"{inner}    const int64_t r = fj_r + {u} * {w};")
+                lines.extend([f"{inner}    const int fj_n = 8;"] if eight else [])
                 lines.extend(f"{inner}    {line}" for line in statements)
                 lines.extend(f"{inner}    fj_s{i}_{into(u)} += v{src};" for i, src in sums)
                 lines.append(f"{inner}}}")
             lines.append(f"{ind}}}")
 
+        if eight and sums:
+            return False
         if sums:
             for i, _ in sums:
                 lines.append(f"{ind}fj_vf fj_s{i}_0 = FJ_V(0.0f), fj_s{i}_1 = fj_s{i}_0, "
@@ -2427,9 +2537,17 @@ class _Renderer:
         for i, _ in sums:
             lines.append(f"{ind}c{i} += fj_lanes_sum(fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3);")
         self.lines.extend(lines)
-        # The rest adds in order, without a simd reduction: gcc's vector form of it differs
-        # between a static kernel and a run-time one (another order of the adds).
-        self.plain_body(None if sums else pragma, body, "fj_r", hi, ind, tail, fills)
+        if eight:  # a piece's last points: a vector of that many
+            rest = (int(hi) - int(lo)) % 8
+            if rest:
+                self.lines.extend([f"{ind}{{", f"{inner}const int64_t r = fj_r;",
+                                   f"{inner}const int fj_n = {rest};"])
+                self.lines.extend(f"{inner}{line}" for line in statements)
+                self.lines.append(f"{ind}}}")
+        else:
+            # The rest adds in order, without a simd reduction: gcc's vector form of it differs
+            # between a static kernel and a run-time one (another order of the adds).
+            self.plain_body(None if sums else pragma, body, "fj_r", hi, ind, tail, fills)
         self.lines.append(f"{indent}}}")
         return True
 

@@ -1348,6 +1348,37 @@ def test_fp16_loops_that_draw_random_numbers_convert_in_vector_code(tmp_path, is
     assert abs((mask != 0).float().mean().item() - 0.75) < 0.02
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_short_half_pieces_of_a_row_convert_eight_at_a_time(tmp_path, isa, threads, monkeypatch,
+                                                            dtype):
+    # A rotary embedding over rows of 16 (pieces of 8) and of 24 (pieces of 12: a vector of 8,
+    # then one of the last 4), and a relu and a select beside it: each piece loads, rounds and stores
+    # fp16 (bf16) eight values a vector (fp16 over 262144 rows of 16: 0.73 -> 18.5 GB/s, where
+    # each value rounded through fj_f2h's integer form). NaN, ±inf, values that round to inf,
+    # subnormals and -0.0. The plain loop's bits, and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path, "!defined(FJ_ROWS8)"):
+        pytest.skip("the C compiler takes no eight-float vectors on this machine")
+    big, tiny = (60000.0, 3e-8) if dtype == torch.float16 else (3e38, 1e-40)
+
+    def rotary(x, cos, sin):
+        half = x.shape[-1] // 2
+        y = x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+        return y, torch.where(x > 0, torch.relu(x * sin), x * 0.5)
+
+    for n in (16, 24):
+        x = (torch.randn(37, n) * 3).to(dtype)
+        x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), big, -0.0])
+        x[1, n // 2:n // 2 + 3] = torch.tensor([tiny, -tiny, -big])
+        cos, sin = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+        cos[3], sin[n - 2] = 4.0, tiny
+        got, plain, source = _tiles_and_plain(rotary, (x, cos, sin), monkeypatch)
+        load = "fj_v8ldh(" if dtype == torch.float16 else "fj_v8ldbf("
+        assert source.count(load) >= 4 and "fj_v8sel(" in source and "fj_v8relu(" in source, source
+        assert ("const int fj_n = 4;" in source) == (n == 24), source
+        _assert_same_bits(got, plain)
+        assert_close_to_eager(got, rotary(x, cos, sin))
+
+
 def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
     # A sum over bf16 values read from memory adds a tile at a time (fj_sum_tile), where an fp32
     # one stays a plain loop but over rows of 16 or 32: rows of 128 (a layer norm 1.5x
