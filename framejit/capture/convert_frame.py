@@ -27,6 +27,7 @@ import torch
 
 from .. import _C, record
 from ..errors import BackendError, ConstraintViolation, GraphBreakError, InternalError, Unsupported
+from ..fx_ir import meta_pack
 from . import compat, ops  # noqa: F401  (ops fills the handler table)
 from .codecheck import check_code
 from .guards import active_modes
@@ -480,14 +481,16 @@ def capture_frame(ctx: CompileContext, code, func, f_locals, watch=None) -> Cach
     t0 = time.perf_counter()
     if code.co_flags & compat.CO_GENERATOR_LIKE:
         raise Unsupported("compiling a generator or coroutine function")
-    try:
-        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=False)
-    except _RetryStatic as e:
-        reason = f"{type(e.__cause__).__name__}: {e.__cause__}"
-        stats.static_retries.append((where(code), reason))
-        log_dynamic.info("%s is captured with static shapes: symbolic sizes failed (%s)",
-                         where(code), reason)
-        return _capture_frame(ctx, code, func, f_locals, watch, t0, static=True)
+    # The meta results its ops look up on disk are kept together, for the next process.
+    with meta_pack(f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"):
+        try:
+            return _capture_frame(ctx, code, func, f_locals, watch, t0, static=False)
+        except _RetryStatic as e:
+            reason = f"{type(e.__cause__).__name__}: {e.__cause__}"
+            stats.static_retries.append((where(code), reason))
+            log_dynamic.info("%s is captured with static shapes: symbolic sizes failed (%s)",
+                             where(code), reason)
+            return _capture_frame(ctx, code, func, f_locals, watch, t0, static=True)
 
 
 def _capture_frame(ctx, code, func, f_locals, watch, t0, static) -> CacheEntryInfo:

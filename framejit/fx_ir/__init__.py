@@ -15,7 +15,8 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
-from .examples import call_on_fake, clear_meta_memo, cpu_sdpa_choice, fresh_meta, run_on_meta
+from .examples import (call_on_fake, clear_meta_memo, cpu_sdpa_choice, fresh_meta, meta_pack,
+                       run_on_meta)
 from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
@@ -56,6 +57,7 @@ __all__ = [
     "UnsupportedGraphError",
     "call_on_fake",
     "clear_meta_memo",
+    "meta_pack",
     "cpu_sdpa_choice",
     "describe",
     "fresh_meta",

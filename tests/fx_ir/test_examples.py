@@ -291,3 +291,82 @@ def test_calls_without_a_tensor_result_always_run(disk):
         assert torch.is_grad_enabled()
     assert run_on_meta("call_method", "dim", (meta(2, 3),), {}) == 2
     assert not engine._memo and not disk.new
+
+
+def _records(tmp_path):
+    return [p for p in tmp_path.rglob("*.marshal") if p.parent.name != "packs"]
+
+
+def test_a_pack_gives_a_new_process_its_records_and_its_views_without_a_file_each(
+        disk, monkeypatch, tmp_path):
+    x = meta(4, 6)
+    calls = [("call_function", torch.mul, (x, 2.0), {}),
+             ("call_method", "softmax", (meta(2, 3),), {"dim": -1}),
+             ("call_method", "view", (x, 24), {}),  # a view: never memoised
+             ("call_method", "t", (x,), {})]
+    with engine.meta_pack("f.py:1:f"):
+        first = [run_on_meta(*call) for call in calls]
+    assert len(disk.new) == 2
+    fresh = _as_new_process(monkeypatch)
+    (pack,) = tmp_path.rglob("packs/*.marshal")
+    for path in _records(tmp_path):  # the records' own files are gone: the pack answers
+        path.unlink()
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    with engine.meta_pack("f.py:1:f"):
+        again = [run_on_meta(*call) for call in calls]
+    monkeypatch.setattr("builtins.open", real_open)
+    assert opened == [str(pack)]  # the views' keys too: the pack says they have no record
+    assert fresh.read == 2 and not fresh.new
+    for a, b in zip(first, again):
+        assert same_metadata(a, b)
+    assert again[2]._base is x and again[3]._base is x  # a view is still a view of its input
+    # Another capture's pack does not hold them: it reads the records' files (gone now).
+    fresh = _as_new_process(monkeypatch)
+    with engine.meta_pack("g.py:1:g"):
+        run_on_meta(*calls[0])
+    assert fresh.read == 0
+
+
+def test_a_pack_s_record_is_what_a_new_process_reads_and_a_full_pack_starts_afresh(
+        disk, monkeypatch, tmp_path):
+    with engine.meta_pack("f"):
+        run_on_meta("call_function", torch.neg, (meta(2, 3),), {})
+    disk.save()
+    ((key, value),) = disk.packs["f"].items()
+    disk.packs["f"][key] = ("T", (7, 7), (7, 1), "torch.float64", False, True)
+    with engine.meta_pack("f"):  # a pack is read once, then kept: this process's copy answers
+        clear_meta_memo()
+        doctored = run_on_meta("call_function", torch.neg, (meta(2, 3),), {})
+    assert doctored.shape == (7, 7) and doctored.dtype == torch.float64
+    # Past PACK_LIMIT a pack holds the last process's records alone.
+    monkeypatch.setattr(engine, "PACK_LIMIT", 2)
+    sizes = []
+    for n in (3, 4):
+        fresh = _as_new_process(monkeypatch)
+        with engine.meta_pack("f"):
+            run_on_meta("call_function", torch.neg, (meta(n, 3),), {})
+        fresh.save()
+        sizes.append(len(fresh._read_pack("f")))
+    assert sizes == [2, 1]
+    # Outside a pack, nothing goes to one.
+    fresh = _as_new_process(monkeypatch)
+    run_on_meta("call_function", torch.neg, (meta(5, 3),), {})
+    assert not fresh.pack_new
+
+
+def test_a_capture_keeps_its_records_in_a_pack_named_by_its_function(disk, monkeypatch):
+    import framejit
+
+    def double_relu(x):
+        return (x * 2).relu() + x.t().sum()
+
+    framejit.reset()
+    compiled = framejit.compile(double_relu, backend="eager")
+    compiled(torch.randn(3, 3))
+    code = double_relu.__code__
+    name = f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"
+    assert disk.pack_new[name], disk.pack_new
+    assert None in disk.pack_new[name].values()  # x.t(): a view, no record
+    framejit.reset()
