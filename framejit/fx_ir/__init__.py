@@ -15,31 +15,37 @@ This package imports nothing else from framejit.
 """
 
 from .codegen import PythonCode
-from .examples import (call_on_fake, clear_meta_memo, cpu_sdpa_choice, fresh_meta, meta_pack,
-                       run_on_meta)
+from .examples import (
+    call_on_fake,
+    clear_meta_memo,
+    cpu_sdpa_choice,
+    fresh_meta,
+    meta_pack,
+    run_on_meta,
+)
 from .from_torch import UnsupportedGraphError, from_torch_fx
 from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
 from .meta import (
-    MetaPropagationError,
-    describe,
-    has_symbolic_sizes,
-    propagate_meta,
-    quiet_failed_meta_runs,
-    to_meta,
+                       MetaPropagationError,
+                       describe,
+                       has_symbolic_sizes,
+                       propagate_meta,
+                       quiet_failed_meta_runs,
+                       to_meta,
 )
 from .node import (
-    OFFSET_VIEW_NAMES,
-    OPS,
-    VIEW_NAMES,
-    Node,
-    is_inplace,
-    map_aggregate,
-    map_arg,
-    name_of,
-    on_cpu,
-    target_name,
+                       OFFSET_VIEW_NAMES,
+                       OPS,
+                       VIEW_NAMES,
+                       Node,
+                       is_inplace,
+                       map_aggregate,
+                       map_arg,
+                       name_of,
+                       on_cpu,
+                       target_name,
 )
 from .to_torch import to_torch_fx
 
