@@ -138,9 +138,11 @@ def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
 
 def _record_kernel(launch, seconds: float) -> None:
     launcher, _, group = launch
+    kernel, nodes = launcher.kernel, list(group.nodes)
     record.emit(record.KernelCompiled(
         name=launcher.name, language=getattr(launcher, "language", ""), source=launcher.source,
-        description=str(launcher.kernel), group=[n.format() for n in group.nodes],
+        description=record.Later(lambda: str(kernel)),
+        group=record.Later(lambda: [n.format() for n in nodes]),
         device=str(getattr(launcher, "device", "")), seconds=seconds))
 
 

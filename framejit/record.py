@@ -143,16 +143,50 @@ class GraphCompiled(Event):
     kind = "graph_compiled"
 
 
+class Later:
+    """A field's value made when it is first read: ``Later(fn)`` given for a field declared
+    with a :class:`_Deferred` default is ``fn()`` from then on. Writing the readable text of a
+    kernel's description and fused graph lines took 1.7 ms of GPT-2's 21 ms compile, for a
+    dump, a log or an explain that most runs never ask for."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
+class _Deferred:
+    """A dataclass field's default that takes a :class:`Later` value (see there)."""
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = f"_{name}_value"
+
+    def __get__(self, obj, owner=None) -> Any:
+        if obj is None:
+            return self.default  # what the dataclass takes as the default
+        value = obj.__dict__[self.slot]
+        if type(value) is Later:
+            value = obj.__dict__[self.slot] = value.fn()
+        return value
+
+    def __set__(self, obj, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class KernelCompiled(Event):
     """A fusion group became a kernel: its source was generated (``seconds``), the compile of
-    that source comes later (:class:`KernelBuilt`)."""
+    that source comes later (:class:`KernelBuilt`). ``description`` and ``group`` may be given
+    as :class:`Later` values."""
 
     name: str = ""
     language: str = ""          # "triton" or "c"
     source: str = ""
-    description: str = ""       # the device-neutral kernel description
-    group: list = field(default_factory=list)  # the graph lines (one per node) it fuses
+    description: str = _Deferred("")  # type: ignore[assignment]  # the kernel description
+    group: list = _Deferred(())  # type: ignore[assignment]  # the graph lines (one per node) it fuses
     device: str = ""
     seconds: float = 0.0
 

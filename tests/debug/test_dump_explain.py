@@ -278,6 +278,30 @@ def test_dump_of_kernels_with_their_fusion_groups(tmp_path):
     assert [b["names"] for b in v["builds"]] == [[name]]  # built at the first call
 
 
+
+def test_a_kernel_s_description_and_fused_lines_are_written_when_first_read(monkeypatch):
+    # Writing them took 1.7 ms of GPT-2's 21 ms compile, for readers most runs never have.
+    from framejit import record
+    from framejit.fx_ir import Node
+    from framejit.kernels.ir import Kernel
+
+    written = []
+    node_format, kernel_str = Node.format, Kernel.__str__
+    monkeypatch.setattr(Node, "format", lambda n: written.append(n.name) or node_format(n))
+    monkeypatch.setattr(Kernel, "__str__", lambda k: written.append("kernel") or kernel_str(k))
+    events = []
+    record.subscribe(events.append)
+    try:
+        framejit.compile(scaled, backend="c")(torch.randn(3, 4), torch.randn(4, 5))
+    finally:
+        record.unsubscribe(events.append)
+    (event,) = [e for e in events if isinstance(e, record.KernelCompiled)]
+    assert written == []
+    assert len(event.group) == 2 and "relu" in event.group[0] and "mul" in event.group[1]
+    assert "relu" in event.description and written.count("kernel") == 1 and len(written) == 3
+    assert event.group == event.group and "relu" in event.description and len(written) == 3  # once
+
+
 def test_dump_and_explain_show_the_readable_renderings_capture_provides(tmp_path, monkeypatch):
     # Capture's cache-entry info may carry a readable rendering of the whole rewritten function
     # and of its guards; the dump writes them, and explain lists those guards.
