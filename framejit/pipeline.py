@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import operator
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -138,11 +139,19 @@ def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
 
 def _record_kernel(launch, seconds: float) -> None:
     launcher, _, group = launch
-    kernel, nodes = launcher.kernel, list(group.nodes)
+    kernel, names = launcher.kernel, [n.name for n in group.nodes]
+    # The graph weakly, as the record holds what a compile made (a dump or a log reads the
+    # lines at once; explain while the compiled function lives).
+    graph = weakref.ref(group.nodes[0].graph)
+
+    def lines() -> list[str]:
+        g = graph()
+        by_name = {} if g is None else {n.name: n for n in g.nodes}
+        return [by_name[name].format() if name in by_name else f"%{name}" for name in names]
+
     record.emit(record.KernelCompiled(
         name=launcher.name, language=getattr(launcher, "language", ""), source=launcher.source,
-        description=record.Later(lambda: str(kernel)),
-        group=record.Later(lambda: [n.format() for n in nodes]),
+        description=record.Later(lambda: str(kernel)), group=record.Later(lines),
         device=str(getattr(launcher, "device", "")), seconds=seconds))
 
 
