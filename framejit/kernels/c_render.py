@@ -521,39 +521,33 @@ static inline void fj_v8st(float *p, fj_v8f v, int n) {
         for (int i = 0; i < n; i++)
             p[i] = v[i];
 }
-static inline fj_v8f fj_v8ldh(const uint16_t *p, int n) {
+static inline fj_v8s fj_v8ld16(const uint16_t *p, int n) {
     fj_v8s w = {0};
     if (n == 8)
         memcpy(&w, p, sizeof w);
     else
         for (int i = 0; i < n; i++)
             w[i] = p[i];
-    return __builtin_ia32_vcvtph2ps256((fj_v8hi)w);
+    return w;
+}
+static inline void fj_v8st16(uint16_t *p, fj_v8s w, int n) {
+    if (n == 8)
+        memcpy(p, &w, sizeof w);
+    else
+        for (int i = 0; i < n; i++)
+            p[i] = w[i];
+}
+static inline fj_v8f fj_v8ldh(const uint16_t *p, int n) {
+    return __builtin_ia32_vcvtph2ps256((fj_v8hi)fj_v8ld16(p, n));
 }
 static inline void fj_v8sth(uint16_t *p, fj_v8f v, int n) {
-    const fj_v8s w = (fj_v8s)__builtin_ia32_vcvtps2ph256(v, 0);
-    if (n == 8)
-        memcpy(p, &w, sizeof w);
-    else
-        for (int i = 0; i < n; i++)
-            p[i] = w[i];
+    fj_v8st16(p, (fj_v8s)__builtin_ia32_vcvtps2ph256(v, 0), n);
 }
 static inline fj_v8f fj_v8ldbf(const uint16_t *p, int n) {
-    fj_v8s w = {0};
-    if (n == 8)
-        memcpy(&w, p, sizeof w);
-    else
-        for (int i = 0; i < n; i++)
-            w[i] = p[i];
-    return (fj_v8f)(__builtin_convertvector(w, fj_v8u) << 16);
+    return (fj_v8f)(__builtin_convertvector(fj_v8ld16(p, n), fj_v8u) << 16);
 }
 static inline void fj_v8stbf(uint16_t *p, fj_v8f v, int n) {
-    const fj_v8s w = __builtin_convertvector((fj_v8u)fj_round_bf8(v) >> 16, fj_v8s);
-    if (n == 8)
-        memcpy(p, &w, sizeof w);
-    else
-        for (int i = 0; i < n; i++)
-            p[i] = w[i];
+    fj_v8st16(p, __builtin_convertvector((fj_v8u)fj_round_bf8(v) >> 16, fj_v8s), n);
 }
 static inline fj_v8f fj_v8sel(fj_v8i m, fj_v8f a, fj_v8f b) {
     return (fj_v8f)(((fj_v8i)a & m) | ((fj_v8i)b & ~m));
