@@ -570,6 +570,35 @@ static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
     a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 1);
     return a0[0];
 }
+/* The greatest (least) lane of m, which holds no NaN; and whether any lane of a mask is set:
+   the lanes folded in halves, in registers */
+static inline float fj_lanes_max(fj_vf m) {
+#if FJ_VW == 16
+    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 8));
+#endif
+    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 4));
+    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 2));
+    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 1));
+    return m[0];
+}
+static inline float fj_lanes_min(fj_vf m) {
+#if FJ_VW == 16
+    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 8));
+#endif
+    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 4));
+    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 2));
+    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 1));
+    return m[0];
+}
+static inline int fj_lanes_any(fj_vi n) {
+#if FJ_VW == 16
+    n |= __builtin_shuffle(n, FJ_LANE_IDS ^ 8);
+#endif
+    n |= __builtin_shuffle(n, FJ_LANE_IDS ^ 4);
+    n |= __builtin_shuffle(n, FJ_LANE_IDS ^ 2);
+    n |= __builtin_shuffle(n, FJ_LANE_IDS ^ 1);
+    return n[0] != 0;
+}
 /* fj_lanes_sum of a0..a3, and into *sq of q0..q3: the same adds in the same order, the two
    sums' lanes side by side in one vector (the first step adds each one's halves; the rest add
    within the halves), so that a layer norm's two sums over a short row take half the shuffles
@@ -2355,12 +2384,21 @@ class _Renderer:
         n = self._EIGHT if eight else self._WIDE
         vector_ops = self._EIGHT_OPS if eight else self._VECTOR_OPS
         count = ", fj_n" if eight else ""  # eight lanes' loads and stores take their count
-        sums = []
+        sums, extrema, flags = [], [], []
         for line in tail:
             m = re.fullmatch(r"c(\d+) \+= t(\d+);", line)
-            if m is None:
+            e = re.fullmatch(r"a(\d+) = t(\d+) ([<>]) a\1 \? t\2 : a\1;", line)
+            f = re.fullmatch(r"n(\d+) \|= t(\d+) != t\2;", line)
+            if m is not None:
+                sums.append((int(m.group(1)), int(m.group(2))))
+            elif e is not None:
+                extrema.append((int(e.group(1)), int(e.group(2)), e.group(3)))
+            elif f is not None:
+                flags.append((int(f.group(1)), int(f.group(2))))
+            else:
                 return False
-            sums.append((int(m.group(1)), int(m.group(2))))
+        if (sums or eight) and (extrema or flags):
+            return False
         f32 = torch.float32
         inside = set(body)
         half = bf16_load = bf16_work = False
@@ -2490,7 +2528,8 @@ class _Renderer:
             if k.ops[i].dtype != f32 or i not in inside or at is None:
                 return False
             statements.append(f"{n['st']}({at}, v{i}{count});")
-        if any(operand(src) is None or src not in inside for _, src in sums):
+        if any(operand(src) is None or src not in inside
+               for _, src, *_ in (*sums, *extrema, *flags)):
             return False
         # Where the loop converts fp16 values; or sums bf16 loads, neither rounding to bf16 nor
         # storing bf16 (a bf16 x - mean 1.2x faster, a layer norm 1.09x). gcc vectorizes fp32
@@ -2501,8 +2540,13 @@ class _Renderer:
         # Not bf16 rows under 64, which keep their tiles (see row_loop): in this form a bf16
         # x - mean over rows of 24 ran 1.3x slower, its last 8 values in the plain loop.
         long = not isinstance(self.rnumel, int) or self.rnumel >= 64
+        # A max or min over bf16 loads, over a row under 64 (gcc's loop converted a bf16 row of
+        # 16 in two halves, stored them and read them back as one vector, a stall at each row:
+        # a bf16 softmax over rows of 16 1.35x faster, a log-softmax 1.3x); not fp16 rows, nor
+        # bf16 rows of 77 or 128, which ran 1.03-1.1x slower in this form.
+        short_extrema = extrema and not half and isinstance(self.rnumel, int) and self.rnumel < 64
         wanted = half or bf16_load or bf16_work if eight else \
-            half or sums and bf16_load and not bf16_work and long
+            (half and not extrema) or bf16_load and not bf16_work and (sums and long or short_extrema)
         if not wanted or not VECTOR_BODY:
             return False
         ind, inner = indent + "    ", indent + "        "
@@ -2517,6 +2561,9 @@ class _Renderer:
                 lines.extend([f"{inner}    const int fj_n = 8;"] if eight else [])
                 lines.extend(f"{inner}    {line}" for line in statements)
                 lines.extend(f"{inner}    fj_s{i}_{into(u)} += v{src};" for i, src in sums)
+                lines.extend(f"{inner}    fj_m{i} = fj_vsel(v{src} {cmp} fj_m{i}, v{src}, fj_m{i});"
+                             for i, src, cmp in extrema)
+                lines.extend(f"{inner}    fj_n{i} |= v{src} != v{src};" for i, src in flags)
                 lines.append(f"{inner}}}")
             lines.append(f"{ind}}}")
 
@@ -2527,9 +2574,19 @@ class _Renderer:
                 lines.append(f"{ind}fj_vf fj_s{i}_0 = FJ_V(0.0f), fj_s{i}_1 = fj_s{i}_0, "
                              f"fj_s{i}_2 = fj_s{i}_0, fj_s{i}_3 = fj_s{i}_0;")
             step(4, lambda u: u)
+        # A max or min: one vector of lanes from a<i> (exact: any order gives it), its NaN flag
+        # one of lanes, folded into a<i> and n<i> before the rest
+        for i, _, _ in extrema:
+            lines.append(f"{ind}fj_vf fj_m{i} = FJ_V(a{i});")
+        for i, _ in flags:
+            lines.append(f"{ind}fj_vi fj_n{i} = (fj_vi){{0}};")
         step(1, lambda u: 0)
         for i, _ in sums:
             lines.append(f"{ind}c{i} += fj_lanes_sum(fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3);")
+        for i, _, cmp in extrema:
+            lines.append(f"{ind}a{i} = fj_lanes_{'max' if cmp == '>' else 'min'}(fj_m{i});")
+        for i, _ in flags:
+            lines.append(f"{ind}n{i} |= fj_lanes_any(fj_n{i});")
         self.lines.extend(lines)
         if eight:  # a piece's last points: a vector of that many
             rest = (int(hi) - int(lo)) % 8

@@ -1379,6 +1379,33 @@ def test_short_half_pieces_of_a_row_convert_eight_at_a_time(tmp_path, isa, threa
         assert_close_to_eager(got, rotary(x, cos, sin))
 
 
+@pytest.mark.parametrize("n", [16, 24, 48])
+def test_a_short_bf16_row_s_max_and_min_fold_one_vector_of_lanes(tmp_path, isa, threads,
+                                                                    monkeypatch, n):
+    # A max or min over a bf16 row under 64 values is vector code: a vector of lanes, a NaN
+    # flag of lanes, folded in halves (gcc's loop stored a converted row of 16 in two halves
+    # and read it back whole: a bf16 softmax over rows of 16 or 48 1.35x faster). Rows of 24:
+    # the last 8 values in the loop on AVX-512. NaN (in the vector and in the rest), ±inf,
+    # rows of -inf, of zeros and -0.0. The plain loop's bits, and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+    x = (torch.randn(37, n) * 3).bfloat16()
+    x[0, 5], x[1], x[2, 3], x[3] = float("nan"), -float("inf"), float("inf"), 0.0
+    x[3, ::2], x[4, n - 1], x[5, :n // 2] = -0.0, float("nan"), -float("inf")
+    cases = [(lambda x: x.amax(-1), False), (lambda x: x.amin(-1), False),
+             (lambda x: x - x.amax(-1, keepdim=True), False),
+             (lambda x: torch.softmax(x, -1), True), (lambda x: torch.log_softmax(x, -1), True)]
+    for fn, sums in cases:
+        got, plain, source = _tiles_and_plain(fn, (x,), monkeypatch)
+        assert "fj_lanes_max(" in source or "fj_lanes_min(" in source, source
+        _assert_same_bits(got, plain, sums=sums)
+        assert_close_to_eager(got, fn(x))
+    # Not fp16 rows, nor bf16 rows of 64 or more (as fast or faster in gcc's loop).
+    for y in (x.half(), torch.randn(5, 128).bfloat16()):
+        _, _, source = _tiles_and_plain(lambda x: torch.softmax(x, -1), (y,), monkeypatch)
+        assert "fj_lanes_max(" not in source, source
+
+
 def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
     # A sum over bf16 values read from memory adds a tile at a time (fj_sum_tile), where an fp32
     # one stays a plain loop but over rows of 16 or 32: rows of 128 (a layer norm 1.5x
