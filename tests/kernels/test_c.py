@@ -1406,6 +1406,43 @@ def test_a_short_bf16_row_s_max_and_min_fold_one_vector_of_lanes(tmp_path, isa, 
         assert "fj_lanes_max(" not in source, source
 
 
+def test_an_fp16_row_s_last_values_past_the_vectors_round_with_f16c(tmp_path, isa, threads,
+                                                                     monkeypatch):
+    # The values of a row past its last whole vector, in a loop that rounds fp16 or over 8 or
+    # more of them, round and store with F16C's scalar conversions (fj_round_h1, fj_f2h1), not
+    # fj_f2h's integer form (an fp16 RMSNorm over rows of 77 2.6x faster). RMSNorm over rows of
+    # 77 and 100, a layer norm over rows of 40, with NaN, inf, a value that rounds to inf,
+    # subnormals and -0.0 among the last values. The plain loop's bits, and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+
+    def rms_norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def layer_norm(x, w):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], w, w)
+
+    for fn, n in ((rms_norm, 77), (rms_norm, 100), (layer_norm, 40)):
+        g = torch.Generator().manual_seed(n)
+        # eager's values, on random rows; and, on rows of small integers (RMSNorm's sums of
+        # squares are then exact in any order), the plain loop's bits everywhere
+        for integers in (False, True):
+            x = torch.randint(-8, 9, (19, n), generator=g).half() if integers else \
+                (torch.randn(19, n, generator=g) * 3).half()
+            w = (torch.randn(n, generator=g) * 2).half()
+            x[0, n - 1], x[1, n - 2], x[2, n - 3], x[3, n - 1] = float("nan"), float("inf"), 6e-8, -0.0
+            x[4], x[4, n - 1], w[n - 1] = 0.0, 8.0, 12000.0  # row 4 rounds to inf there
+            got, plain, source = _tiles_and_plain(fn, (x, w), monkeypatch)
+            assert "fj_f2h1((float)" in source and "for (int64_t r = fj_r; r <" in source, source
+            _assert_same_bits(got, plain, sums=fn is layer_norm or not integers)
+            assert got[4, n - 1].isinf()
+            if not integers and fn is layer_norm:
+                assert_close_to_eager(got, fn(x, w))
+            elif not integers:
+                # eager's fp16 RMSNorm is up to 3 ulps off the float64 result here (ours 1)
+                exact = fn(x.double(), w.double()).half()
+                torch.testing.assert_close(got, exact, rtol=2e-3, atol=1e-3, equal_nan=True)
+
 def test_bf16_row_sums_add_in_vector_tiles(tmp_path, isa, threads, monkeypatch):
     # A sum over bf16 values read from memory adds a tile at a time (fj_sum_tile), where an fp32
     # one stays a plain loop but over rows of 16 or 32: rows of 128 (a layer norm 1.5x
