@@ -28,24 +28,24 @@ from .graph import NO_DEFAULT, Graph
 from .graph_module import GraphModule
 from .lint import GraphLintError
 from .meta import (
-                       MetaPropagationError,
-                       describe,
-                       has_symbolic_sizes,
-                       propagate_meta,
-                       quiet_failed_meta_runs,
-                       to_meta,
+    MetaPropagationError,
+    describe,
+    has_symbolic_sizes,
+    propagate_meta,
+    quiet_failed_meta_runs,
+    to_meta,
 )
 from .node import (
-                       OFFSET_VIEW_NAMES,
-                       OPS,
-                       VIEW_NAMES,
-                       Node,
-                       is_inplace,
-                       map_aggregate,
-                       map_arg,
-                       name_of,
-                       on_cpu,
-                       target_name,
+    OFFSET_VIEW_NAMES,
+    OPS,
+    VIEW_NAMES,
+    Node,
+    is_inplace,
+    map_aggregate,
+    map_arg,
+    name_of,
+    on_cpu,
+    target_name,
 )
 from .to_torch import to_torch_fx
 
@@ -63,10 +63,10 @@ __all__ = [
     "UnsupportedGraphError",
     "call_on_fake",
     "clear_meta_memo",
-    "meta_pack",
     "cpu_sdpa_choice",
     "describe",
     "fresh_meta",
+    "meta_pack",
     "has_symbolic_sizes",
     "is_inplace",
     "on_cpu",

@@ -572,24 +572,21 @@ static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
 }
 /* The greatest (least) lane of m, which holds no NaN; and whether any lane of a mask is set:
    the lanes folded in halves, in registers */
-static inline float fj_lanes_max(fj_vf m) {
 #if FJ_VW == 16
-    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 8));
+#define FJ_FOLD16(m, F) m = F(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 8))
+#else
+#define FJ_FOLD16(m, F) (void)0
 #endif
-    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 4));
-    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 2));
-    m = FJ_VMAX(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 1));
-    return m[0];
-}
-static inline float fj_lanes_min(fj_vf m) {
-#if FJ_VW == 16
-    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 8));
-#endif
-    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 4));
-    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 2));
-    m = FJ_VMIN(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 1));
-    return m[0];
-}
+#define FJ_LANES_FOLD(name, F)                                  \
+    static inline float name(fj_vf m) {                         \
+        FJ_FOLD16(m, F);                                        \
+        m = F(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 4));        \
+        m = F(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 2));        \
+        m = F(m, __builtin_shuffle(m, FJ_LANE_IDS ^ 1));        \
+        return m[0];                                            \
+    }
+FJ_LANES_FOLD(fj_lanes_max, FJ_VMAX)
+FJ_LANES_FOLD(fj_lanes_min, FJ_VMIN)
 static inline int fj_lanes_any(fj_vi n) {
 #if FJ_VW == 16
     n |= __builtin_shuffle(n, FJ_LANE_IDS ^ 8);
@@ -1392,7 +1389,9 @@ class _Renderer:
         # Row-buffered ops kept in an output's own row instead (op -> output name): a static row
         # too long for the stack, as eager's and Inductor's softmax keep exp in their output.
         self.scratch: dict[int, str] = {}
-        self.per_row = False  # emitting a row's OUTER values (see emit_per_row)
+        # fp16 roundings and stores one value at a time, with F16C's scalar forms: a row's OUTER
+        # values (emit_per_row) and the values past vector_body's last vector
+        self.per_row = False
         self.step_ops: list[int] | None = None  # the ops of interleaved_rows' per-row step
         # fp16/bf16 loads read from their fp32 copy h<i>, made once per call (shared_half_loads).
         self.shared: list[int] = self.shared_half_loads()
@@ -2371,9 +2370,10 @@ class _Renderer:
 
         A piece of a row (a concatenation's) of 8 to 15 points that loads, rounds or stores fp16
         or bf16 takes eight floats a vector (under ``#ifdef FJ_ROWS8``: AVX and F16C), then its
-        last points as a vector of that many: gcc's loop over such a piece converted and rounded each fp16 value through
-        fj_f2h's integer form (an fp16 rotary embedding over rows of 16, in pieces of 8, ran at
-        0.08x Inductor's)."""
+        last points as a vector of that many: gcc's loop over such a piece converted and rounded
+        each fp16 value through fj_f2h's integer form (an fp16 rotary embedding over rows of 16,
+        in pieces of 8, ran at 0.08x Inductor's). A max or min over a short bf16 row (see below)
+        takes a vector of lanes and a NaN flag of lanes, folded after the vectors."""
         k = self.k
         short = lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16
         eight = self.piece is not None and short and int(hi) - int(lo) >= 8
@@ -2397,7 +2397,8 @@ class _Renderer:
                 flags.append((int(f.group(1)), int(f.group(2))))
             else:
                 return False
-        if (sums or eight) and (extrema or flags):
+        # (a piece of a row belongs to no reduction; sums and extrema take loops of their own)
+        if eight and (sums or extrema or flags) or sums and (extrema or flags):
             return False
         f32 = torch.float32
         inside = set(body)
@@ -2567,8 +2568,6 @@ class _Renderer:
                 lines.append(f"{inner}}}")
             lines.append(f"{ind}}}")
 
-        if eight and sums:
-            return False
         if sums:
             for i, _ in sums:
                 lines.append(f"{ind}fj_vf fj_s{i}_0 = FJ_V(0.0f), fj_s{i}_1 = fj_s{i}_0, "
