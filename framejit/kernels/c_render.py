@@ -160,6 +160,12 @@ SQUARE_SUMS = True
 #: RMSNorm over 4096x1024 0.8x Inductor's speed before, 1.2-1.4x after; add 1.7-1.9x). bf16
 #: stores stay in their plain loops (tiles showed no gain there).
 STREAM_BYTES = 16 << 20
+#: ...and whose rows start this many bytes apart, or a multiple (a row of whole cache lines):
+#: a row that ends mid-line leaves the line to plain stores and the next row's lines to an
+#: unaligned head, and a partly written line costs the write-combining buffer a flush. An fp32
+#: layer norm over rows of 77, 100 or 200 ran 1.5-2.2x slower streamed, over rows of 1000 1.1x;
+#: fp16 over rows of 1000 1.6x (kernels.py, 1 thread). Tests lower it to stream any rows.
+STREAM_LINE = 64
 #: Loops over fp16 values as explicit vector code (see the renderer's vector_body) where they
 #: take only ops it has; False: in vector tiles, as before it (tests of the tiles' paths).
 VECTOR_BODY = True
@@ -1453,14 +1459,18 @@ class _Renderer:
         return top, src, exps[0], step
 
     def streams(self) -> bool:
-        """Whether the kernel's outputs take :data:`STREAM_BYTES` or more: static sizes, rows
-        (not blocks)."""
+        """Whether the kernel's outputs take :data:`STREAM_BYTES` or more and their rows start
+        a multiple of :data:`STREAM_LINE` bytes apart: static sizes, rows (not blocks)."""
         if self.dynamic or self.block is not None:
             return False
         total = 0
         for b in self.k.outputs:
             count = product([s for s, st in zip(self.sizes, b.strides) if st != 0])
             total += count * b.dtype.itemsize
+            row_output = any(b.strides[d] != 0 for d in self.rdims)
+            if row_output and any(self.sizes[d] != 1 and b.strides[d] * b.dtype.itemsize % STREAM_LINE
+                                  for d in self.xdims):
+                return False
         return total >= STREAM_BYTES
 
     def shared_half_loads(self) -> list[int]:

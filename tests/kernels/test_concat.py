@@ -269,6 +269,7 @@ def test_c_runs_a_short_piece_of_a_row_as_its_plain_loop(renderer, device, dtype
     from framejit.kernels import c_render
 
     monkeypatch.setattr(c_render, "STREAM_BYTES", 1024)
+    monkeypatch.setattr(c_render, "STREAM_LINE", 1)
     for n, tiles in ((16, False), (64, dtype != torch.bfloat16)):
         x = torch.randn(37, n, device=device, dtype=dtype)
         cos = torch.randn(n, device=device, dtype=dtype)
