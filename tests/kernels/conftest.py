@@ -100,19 +100,38 @@ class KernelCompiler:
 
 
 def scalar_form(source: str) -> str:
-    """A C kernel's source as a compiler without AVX-512 takes it: the loops rendered in vector
-    tiles as well (``#if FJ_VEC_TILES ... #else``, see c_render.vector_tiles) only in their
-    plain form, for tests about the structure of the loop nest."""
-    lines, skip = [], False
+    """A C kernel's source as a compiler without vector tiles takes it: the loops rendered in
+    vector tiles or vector code as well (``#if FJ_VEC_TILES ... #else``, see
+    c_render.vector_tiles) only in their plain form, for tests about the structure of the loop
+    nest. Conditionals nested in the vector forms go with them; others stay as they are."""
+    lines: list[str] = []
+    tiles: list[bool] = []  # each open conditional: whether it tests FJ_VEC_TILES
+    skip: int | None = None  # the depth whose vector form is being left out
     for line in source.splitlines():
-        if line == "#if FJ_VEC_TILES":
-            skip = True
-        elif line == "#else" and skip:
-            skip = False
-        elif line == "#endif" and not skip:
-            pass
-        elif not skip:
-            lines.append(line)
+        d = line.strip()
+        if d.startswith("#if"):
+            tiles.append("FJ_VEC_TILES" in d)
+            if skip is None and tiles[-1]:
+                skip = len(tiles)
+            if skip is not None:
+                continue
+        elif d.startswith("#elif") or d == "#else":
+            if skip == len(tiles) and d == "#else":
+                skip = None
+                continue
+            if skip is not None or tiles[-1]:
+                continue
+        elif d == "#endif":
+            depth, was_tiles = len(tiles), tiles.pop()
+            if skip is not None:
+                if skip == depth:
+                    skip = None
+                continue
+            if was_tiles:
+                continue
+        elif skip is not None:
+            continue
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

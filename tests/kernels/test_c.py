@@ -648,7 +648,7 @@ def test_a_long_row_recomputes_what_its_output_cannot_hold(threads):
     (launcher,) = backend.kernels
     assert "(fj_scratch)" not in launcher.source
     # in the plain loops: the sum's (its blocks of SUM_LANES and the rest) and the store's
-    plain = re.sub(r"#if FJ_VEC_TILES.*?#else", "", launcher.source, flags=re.S)
+    plain = scalar_form(launcher.source)
     assert plain.count("fj_expf(") == 3, launcher.source
 
 
@@ -1212,6 +1212,54 @@ def test_rows_of_no_whole_number_of_vectors(tmp_path, isa, threads, monkeypatch,
             assert f"for (int64_t r = {n // 16 * 16}; r < {n}; r++)" in source, source
             _assert_same_bits(got, plain, sums=True, atol=atol)
             assert_close_to_eager(got, fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_the_rest_of_a_row_under_a_vector_is_one_masked_vector(tmp_path, isa, threads,
+                                                                monkeypatch, dtype):
+    # vector_body's loops over rows of 9, 40, 77 and 100 fp16 or bf16 values: on AVX-512 the
+    # values past the last whole vector are one vector of masked loads and stores, their sums
+    # and maxima over its first lanes only (else the plain loop). Rows of negative values (a
+    # zero lane would be the max), NaN, inf and -inf in those last values, a row of -0.0. The
+    # plain loop's bits (sums within rounding) and eager's values.
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+
+    def center(x):
+        return x - x.mean(-1, keepdim=True)
+
+    def rms(x, w):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    def ln(x, w):
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, w)
+
+    def ln_fp32(x, w):
+        return ln(x.float(), w.float()).to(x.dtype)
+
+    def softmax(x, w):
+        return torch.softmax(x.float() * 0.5, -1).to(x.dtype)
+
+    for n in (9, 40, 77, 100):
+        x = (torch.randn(12, n) * 3).to(dtype)
+        x[1] = -x[1].abs() - 300  # (a max of 0 instead would leave exp's sum 0)
+        x[2, n - 1], x[3, n - 2], x[4, n - 1], x[5, n - 1] = (float("nan"), float("inf"),
+                                                              float("-inf"), 5e4)
+        x[6] = -0.0
+        x[7, n - 1] = -x[7].abs().max() - 9  # the least value, last
+        w = torch.randn(n).to(dtype)
+        for fn, args, eager in ((center, (x,), center), (rms, (x, w), rms), (ln, (x, w), ln_fp32),
+                                (softmax, (x, w), softmax)):
+            got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
+            masked = "fj_vldbfm(" if dtype == torch.bfloat16 else "fj_vldhm("
+            # (x - mean's loops are vector code on both ISAs; in bf16 over rows of 64 or more)
+            if isa == "native" and fn is center and (dtype == torch.float16 or n >= 64):
+                avx512 = _compiler_takes_vector_tiles(tmp_path, "!FJ_VREST")
+                assert (masked in source and "#ifdef FJ_VREST" in source) == avx512, source
+            _assert_same_bits(got, plain, sums=True, atol=1e-5)
+            # (an fp16 RMSNorm's mean, rounded to fp16, can land an ulp from eager's)
+            assert_close_to_eager(got, eager(*args), rtol=4e-3 if fn is rms else None)
 
 
 def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch,

@@ -202,8 +202,8 @@ def test_layer_norm_over_a_dynamic_last_dim(threads, thresholds):
 def test_fp16_rms_norm_over_a_dynamic_last_dim_runs_as_vector_code(threads, thresholds):
     """An fp16 RMSNorm (its square rounded to fp16, as eager's fp16 pow) over rows of a run-time
     length: its loops as vector code (vector_body) to a run-time bound, the rest of each row
-    under a vector in the plain loop; eager's values, the reference's, and the static kernel's
-    bits."""
+    under a vector one masked vector (AVX-512) or the plain loop; eager's values, the
+    reference's, and the static kernel's bits."""
     def fn(x, inv_n, w):
         h = P.convert_element_type.default(x, torch.float32)
         sq = P.convert_element_type.default(
