@@ -2287,11 +2287,21 @@ class _Renderer:
         # bf16 layer norm over rows of 128: 1.2x, of 100 to 1000: up to 1.15x; over rows of 16
         # on AVX2 1.1x). The two widths' choices differ where the length is an odd multiple of
         # 16: then the loop is rendered for each (#if FJ_VW == 16).
-        if self.vector_body(pragma, body, lo, hi, indent, tail, fills):
+        taken = self.vector_body(pragma, body, lo, hi, indent, tail, fills)
+        if taken:
             self.lines.append("#else")
-            self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
+            if taken == "#ifdef FJ_VREST":  # (AVX-512 only: elsewhere the loop as it was)
+                self.scalar_or_tiled_loop(pragma, roots, body, lo, hi, indent, tail, fills, sums, tile)
+            else:
+                self.plain_loop(pragma, body, lo, hi, indent, tail, fills)
             self.lines.append("#endif")
             return
+        self.scalar_or_tiled_loop(pragma, roots, body, lo, hi, indent, tail, fills, sums, tile)
+
+    def scalar_or_tiled_loop(self, pragma: str | None, roots: list[int], body: list[int], lo: str,
+                             hi: str, indent: str, tail: list[str], fills, sums: bool,
+                             tile) -> None:
+        """:meth:`row_loop`'s loop as plain C, and in vector tiles where those take it."""
         if self.piece is not None and lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16:
             # A piece of a row (a concatenation's) shorter than a vector tile: its loop, which
             # gcc makes one vector's code, where the tiles took a call per conversion and
@@ -2395,9 +2405,10 @@ class _Renderer:
                   if kind not in ("exp", "sigmoid")}
 
     def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
-                    tail: list[str], fills) -> bool:
+                    tail: list[str], fills) -> str | None:
         """:meth:`row_loop`'s loop as explicit vector code (gcc's vector extensions, FJ_VW
-        floats a step), under ``#if FJ_VEC_TILES``; False, with nothing rendered, where it
+        floats a step), under the ``#if`` line it returns (``#if FJ_VEC_TILES``; ``#ifdef
+        FJ_VREST`` where only AVX-512's form is wanted); None, with nothing rendered, where it
         holds an op it does not take. Each fp16 (bf16) load and store converts in the register
         (vcvtph2ps, vcvtps2ph), where the vector tiles took a pass over an array for each; fp32
         sums add into four vector accumulators, four vectors a step. The rest of the row, under
@@ -2418,9 +2429,9 @@ class _Renderer:
         short = lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16
         eight = self.piece is not None and short and int(hi) - int(lo) >= 8
         if self.ahead is not None or (self.piece is not None and not eight):
-            return False
+            return None
         if short and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
-            return False
+            return None
         n = self._EIGHT if eight else self._WIDE
         vector_ops = self._EIGHT_OPS if eight else self._VECTOR_OPS
         count = ", fj_n" if eight else ""  # eight lanes' loads and stores take their count
@@ -2436,10 +2447,10 @@ class _Renderer:
             elif f is not None:
                 flags.append((int(f.group(1)), int(f.group(2))))
             else:
-                return False
+                return None
         # (a piece of a row belongs to no reduction; sums and extrema take loops of their own)
         if eight and (sums or extrema or flags) or sums and (extrema or flags):
-            return False
+            return None
         f32 = torch.float32
         inside = set(body)
         half = bf16_load = bf16_work = False
@@ -2578,10 +2589,10 @@ class _Renderer:
 
         statements = render(n, count, self.stream and not eight)
         if statements is None:
-            return False
+            return None
         if any(operand(src) is None or src not in inside
                for _, src, *_ in (*sums, *extrema, *flags)):
-            return False
+            return None
         # Where the loop converts fp16 values; or sums bf16 loads, neither rounding to bf16 nor
         # storing bf16 (a bf16 x - mean 1.2x faster, a layer norm 1.09x). gcc vectorizes fp32
         # loops itself, and bf16 ones that store or round as fast or faster: a bf16 RMSNorm ran
@@ -2598,11 +2609,25 @@ class _Renderer:
         short_extrema = extrema and not half and isinstance(self.rnumel, int) and self.rnumel < 64
         wanted = half or bf16_load or bf16_work if eight else \
             (half and not extrema) or bf16_load and not bf16_work and (sums and long or short_extrema)
-        if not wanted or not VECTOR_BODY:
-            return False
+        # On AVX-512, a static row under 128 values that is no whole number of vectors, in any
+        # dtype (bf16 under 96): gcc's loops over it end in a scalar loop, where this form's rest
+        # is one masked vector (over 65536 rows of 77: an fp32 layer norm 1.8x faster, an RMSNorm
+        # 1.65x, softmax 1.15x; over rows of 24 or 40 fp32 and bf16 norms and softmax 1.3-1.9x;
+        # fp16 softmax 1.02-1.14x). Not longer rows, where gcc's loops were as fast or faster
+        # (fp32 RMSNorm and x - mean over rows of 200 or 1000 1.1-1.2x; bf16 over rows of 100
+        # 1.1x).
+        ragged = isinstance(self.rnumel, int) and self.rnumel % 16 != 0 and self.rnumel < 128 \
+            and (self.rnumel < 96 or not (bf16_load or bf16_work)) and not eight
+        only_masked = ragged and not wanted
+        if not (wanted or ragged) or not VECTOR_BODY:
+            return None
+        masked = None if eight else render(self._MASKED, ", fj_rm", False)
+        if only_masked and masked is None:
+            return None
         ind, inner = indent + "    ", indent + "        "
         w = n["width"]
-        lines = [n["if"], f"{indent}{{", f"{ind}int64_t fj_r = {lo};"]
+        lines = ["#ifdef FJ_VREST" if only_masked else n["if"], f"{indent}{{",
+                 f"{ind}int64_t fj_r = {lo};"]
 
         def step(unroll: int, into) -> None:
             lines.append(f"{ind}for (; fj_r + {unroll} * {w} <= {hi}; fj_r += {unroll} * {w}) {{")
@@ -2644,14 +2669,14 @@ class _Renderer:
                 self.lines.extend(f"{inner}{line}" for line in statements)
                 self.lines.append(f"{ind}}}")
             self.lines.append(f"{indent}}}")
-            return True
+            return lines[0]
         # The rest of the row, under a vector: on AVX-512 (FJ_VREST), one vector of masked loads
         # and stores, its summands, maxima and NaN flags taken in its first fj_rm lanes (a sum
         # adds into its second accumulator, as fj_sum_tile's last values do); else plain_rest.
         static = lo.isdigit() and hi.isdigit()
-        masked = render(self._MASKED, ", fj_rm", False)
         if masked is not None and (not static or (int(hi) - int(lo)) % 16):
-            lines.append("#ifdef FJ_VREST")
+            if not only_masked:
+                lines.append("#ifdef FJ_VREST")
             lines.append(f"{ind}{{" if static else f"{ind}if (fj_r < {hi}) {{")
             lines.append(f"{inner}const int64_t r = fj_r;")
             lines.append(f"{inner}const int fj_rm = (int)({hi} - fj_r);")
@@ -2663,15 +2688,17 @@ class _Renderer:
             lines.extend(f"{inner}fj_n{i} |= fj_in & (v{src} != v{src});" for i, src in flags)
             lines.append(f"{ind}}}")
             self.lines.extend(lines + folds)
-            self.lines.append("#else")
-            self.lines.extend(folds)
-            self.plain_rest(pragma, body, lo, hi, ind, tail, fills, bool(sums), half)
-            self.lines.append("#endif")
+            if not only_masked:
+                self.lines.append("#else")
+                self.lines.extend(folds)
+                self.plain_rest(pragma, body, lo, hi, ind, tail, fills, bool(sums), half)
+                self.lines.append("#endif")
         else:
             self.lines.extend(lines + folds)
-            self.plain_rest(pragma, body, lo, hi, ind, tail, fills, bool(sums), half)
+            if not static or (int(hi) - int(lo)) % 16:
+                self.plain_rest(pragma, body, lo, hi, ind, tail, fills, bool(sums), half)
         self.lines.append(f"{indent}}}")
-        return True
+        return lines[0]
 
     def plain_rest(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
                    tail: list[str], fills, sums: bool, half: bool) -> None:

@@ -99,18 +99,19 @@ class KernelCompiler:
         return Backend(f"kernels_{id(self)}", self, native=True)
 
 
-def scalar_form(source: str) -> str:
+def scalar_form(source: str, macros=("FJ_VEC_TILES", "FJ_VREST")) -> str:
     """A C kernel's source as a compiler without vector tiles takes it: the loops rendered in
     vector tiles or vector code as well (``#if FJ_VEC_TILES ... #else``, see
-    c_render.vector_tiles) only in their plain form, for tests about the structure of the loop
-    nest. Conditionals nested in the vector forms go with them; others stay as they are."""
+    c_render.vector_tiles; ``#ifdef FJ_VREST``: AVX-512's) only in their plain form, for tests
+    about the structure of the loop nest; or without the forms that test ``macros`` only.
+    Conditionals nested in the left-out forms go with them; others stay as they are."""
     lines: list[str] = []
     tiles: list[bool] = []  # each open conditional: whether it tests FJ_VEC_TILES
     skip: int | None = None  # the depth whose vector form is being left out
     for line in source.splitlines():
         d = line.strip()
         if d.startswith("#if"):
-            tiles.append("FJ_VEC_TILES" in d)
+            tiles.append(any(m in d for m in macros))
             if skip is None and tiles[-1]:
                 skip = len(tiles)
             if skip is not None:
