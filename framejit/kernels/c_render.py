@@ -2423,12 +2423,15 @@ class _Renderer:
         or bf16 takes eight floats a vector (under ``#ifdef FJ_ROWS8``: AVX and F16C), then its
         last points as a vector of that many: gcc's loop over such a piece converted and rounded
         each fp16 value through fj_f2h's integer form (an fp16 rotary embedding over rows of 16,
-        in pieces of 8, ran at 0.08x Inductor's). A max or min over a short bf16 row (see below)
+        in pieces of 8, ran at 0.08x Inductor's). Longer pieces take FJ_VW floats a vector, a
+        concatenation's operand read at ``r - start`` (an fp16 rotary embedding over rows of 77,
+        pieces of 38 and 39, went from 0.33x Inductor's speed to 1.75x: it had taken vector
+        tiles, a call per conversion). A max or min over a short bf16 row (see below)
         takes a vector of lanes and a NaN flag of lanes, folded after the vectors."""
         k = self.k
         short = lo.isdigit() and hi.isdigit() and int(hi) - int(lo) < 16
         eight = self.piece is not None and short and int(hi) - int(lo) >= 8
-        if self.ahead is not None or (self.piece is not None and not eight):
+        if self.ahead is not None:
             return None
         if short and int(hi) - int(lo) < 8:  # under a vector (AVX2's)
             return None
@@ -2476,7 +2479,7 @@ class _Renderer:
                 return self.contiguous_at(op.args[0], op.level, "r")
             b = k.buffer(op.args[0])
             d = self.rdims[0]
-            if not eight or op.level != FULL or b.strides[d] != 1 or not all(
+            if op.level != FULL or b.strides[d] != 1 or not all(
                     self.in_piece(sp) for sp in spans_of(op) if sp.dim == d):
                 return None
             return f"{b.name} + {self.spanned_offset(b.name, op.level, spans_of(op))}"

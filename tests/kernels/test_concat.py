@@ -262,19 +262,28 @@ def test_c_prefetches_the_next_row_of_a_row_cut_by_a_cat(renderer, device):
 def test_c_runs_a_short_piece_of_a_row_as_its_plain_loop(renderer, device, dtype, monkeypatch):
     """A piece shorter than a vector tile (a rotary embedding over rows of 16: pieces of 8) is
     its plain loop, not vector tiles, which took a call per conversion for a handful of values
-    (fp32 over 262144 rows of 16 2.4x faster). fp16 pieces of 32 keep their tiles. Eager's
-    values. (Outputs stream as big ones do: in fp32 tiles are for those stores.)"""
+    (fp32 over 262144 rows of 16 2.4x faster). fp16 pieces of 32 are vector code, each piece's
+    loads at its own offset (an fp16 rotary embedding over rows of 77, pieces of 38 and 39,
+    went from 0.33x Inductor's speed to 1.75x); so are pieces of 38 and 39 in any dtype, their
+    last values one masked vector on AVX-512 (FJ_VREST). Eager's values. (Outputs stream as big
+    ones do: in fp32 tiles are for those stores.)"""
     if renderer != "c":
         pytest.skip("about the C code")
     from framejit.kernels import c_render
 
     monkeypatch.setattr(c_render, "STREAM_BYTES", 1024)
     monkeypatch.setattr(c_render, "STREAM_LINE", 1)
-    for n, tiles in ((16, False), (64, dtype != torch.bfloat16)):
+    for n, tiles in ((16, False), (64, dtype == torch.float32), (77, None)):
         x = torch.randn(37, n, device=device, dtype=dtype)
+        x[3, n // 2], x[4, n - 1], x[5, 0] = float("nan"), float("inf"), -0.0  # (pieces' ends)
         cos = torch.randn(n, device=device, dtype=dtype)
         fn = lambda x, c: x * c + rotate_half(x) * c  # noqa: E731
         got, backend = run_kernels(fn, x, cos)
         (launcher,) = backend.kernels
-        assert ("_tile(" in launcher.source) == tiles, launcher.source
+        if tiles is not None:
+            assert ("_tile(" in launcher.source) == tiles, launcher.source
+        assert ("fj_vsth" in launcher.source) == (dtype == torch.float16 and n > 16), launcher.source
+        if n == 77:  # the second piece's loads at r - 39
+            assert launcher.source.count("const int fj_rm = ") == 2, launcher.source
+            assert "+ (r - 39)" in launcher.source, launcher.source
         assert_close_to_eager(got, fn(x, cos))
