@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -179,9 +180,7 @@ def is_inplace(op: str, target: Any, kwargs: Any = None) -> bool:
     if op != "call_function":
         return False
     if isinstance(target, torch._ops.OpOverload):
-        arguments = target._schema.arguments
-        alias = arguments[0].alias_info if arguments else None
-        return alias is not None and alias.is_write
+        return _overload_writes_its_first(target)
     try:
         if target in INPLACE_OPERATORS:
             return True
@@ -405,11 +404,7 @@ class Node:
         if self.op == "call_method":
             return self.target in _SIDE_EFFECT_METHODS
         if isinstance(self.target, torch._ops.OpOverload):
-            # aten/prims overloads say it in their schema and tags: ``copy_`` and ``out=``
-            # variants write to an argument, ``rand_like`` draws from the generator.
-            return self.target._schema.is_mutable or (
-                torch.Tag.nondeterministic_seeded in self.target.tags
-            )
+            return _overload_is_impure(self.target)
         try:
             if self.target in _SIDE_EFFECT_FUNCTIONS or self.target in _RANDOM_FUNCTIONS:
                 return True
@@ -425,6 +420,23 @@ class Node:
 
     def __repr__(self) -> str:
         return self.name
+
+
+@functools.cache
+def _overload_writes_its_first(target: torch._ops.OpOverload) -> bool:
+    """Whether an aten/prims overload's schema writes its first argument (kept per overload,
+    as :func:`_overload_is_impure`)."""
+    arguments = target._schema.arguments
+    alias = arguments[0].alias_info if arguments else None
+    return alias is not None and alias.is_write
+
+
+@functools.cache
+def _overload_is_impure(target: torch._ops.OpOverload) -> bool:
+    """aten/prims overloads say it in their schema and tags: ``copy_`` and ``out=`` variants
+    write to an argument, ``rand_like`` draws from the generator. (Asked for every node in
+    every pass: the answer per overload is kept.)"""
+    return target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
 
 
 # --------------------------------------------------------------------------------------------
