@@ -2632,6 +2632,16 @@ class _Renderer:
         lines = ["#ifdef FJ_VREST" if only_masked else n["if"], f"{indent}{{",
                  f"{ind}int64_t fj_r = {lo};"]
 
+        def accumulate(at: str, into: int, mask: str | None = None) -> list[str]:
+            """The sums', maxima's and NaN flags' statements for a vector, at indent ``at``,
+            sums into accumulator ``into``; only lanes in ``mask`` (a lane mask) where given."""
+            keep = (lambda c: f"{mask} & ({c})") if mask else (lambda c: c)
+            kept = (lambda v: f"fj_vsel({mask}, {v}, FJ_V(0.0f))") if mask else (lambda v: v)
+            return [f"{at}fj_s{i}_{into} += {kept(f'v{src}')};" for i, src in sums] + [
+                f"{at}fj_m{i} = fj_vsel({keep(f'v{src} {cmp} fj_m{i}')}, v{src}, fj_m{i});"
+                for i, src, cmp in extrema] + [
+                f"{at}fj_n{i} |= {keep(f'v{src} != v{src}')};" for i, src in flags]
+
         def step(unroll: int, into) -> None:
             lines.append(f"{ind}for (; fj_r + {unroll} * {w} <= {hi}; fj_r += {unroll} * {w}) {{")
             for u in range(unroll):
@@ -2639,10 +2649,7 @@ class _Renderer:
                 lines.append(f"{inner}    const int64_t r = fj_r + {u} * {w};")
                 lines.extend([f"{inner}    const int fj_n = 8;"] if eight else [])
                 lines.extend(f"{inner}    {line}" for line in statements)
-                lines.extend(f"{inner}    fj_s{i}_{into(u)} += v{src};" for i, src in sums)
-                lines.extend(f"{inner}    fj_m{i} = fj_vsel(v{src} {cmp} fj_m{i}, v{src}, fj_m{i});"
-                             for i, src, cmp in extrema)
-                lines.extend(f"{inner}    fj_n{i} |= v{src} != v{src};" for i, src in flags)
+                lines.extend(accumulate(f"{inner}    ", into(u)))
                 lines.append(f"{inner}}}")
             lines.append(f"{ind}}}")
 
@@ -2685,10 +2692,7 @@ class _Renderer:
             lines.append(f"{inner}const int fj_rm = (int)({hi} - fj_r);")
             lines.append(f"{inner}const fj_vi fj_in = FJ_LANE_IDS < fj_rm;")
             lines.extend(f"{inner}{line}" for line in masked)
-            lines.extend(f"{inner}fj_s{i}_1 += fj_vsel(fj_in, v{src}, FJ_V(0.0f));" for i, src in sums)
-            lines.extend(f"{inner}fj_m{i} = fj_vsel(fj_in & (v{src} {cmp} fj_m{i}), v{src}, fj_m{i});"
-                         for i, src, cmp in extrema)
-            lines.extend(f"{inner}fj_n{i} |= fj_in & (v{src} != v{src});" for i, src in flags)
+            lines.extend(accumulate(inner, 1, "fj_in"))
             lines.append(f"{ind}}}")
             self.lines.extend(lines + folds)
             if not only_masked:
