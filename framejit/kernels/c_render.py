@@ -2417,7 +2417,8 @@ class _Renderer:
         x - mean ran 2.2x faster masked, an RMSNorm 1.9x, a residual + layer norm 2x, a layer
         norm 1.6x; bf16 softmax and log-softmax 1.6-1.7x. The same bits as the plain loop,
         but for the sums' order and a NaN's payload; a static kernel's and a run-time one's
-        alike.
+        alike (but where only AVX-512's form is wanted, for a static row: a run-time kernel
+        keeps gcc's loop there, whose sums add in another order).
 
         A piece of a row (a concatenation's) of 8 to 15 points that loads, rounds or stores fp16
         or bf16 takes eight floats a vector (under ``#ifdef FJ_ROWS8``: AVX and F16C), then its
