@@ -2666,8 +2666,12 @@ class _Renderer:
         for i, _ in flags:
             lines.append(f"{ind}fj_vi fj_n{i} = (fj_vi){{0}};")
         step(1, lambda u: 0)
-        folds = [f"{ind}c{i} += fj_lanes_sum(fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3);"
-                 for i, _ in sums]
+        # Two sums fold side by side in one vector (fj_lanes_sum2: each one's adds, in order)
+        accs = [f"fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3" for i, _ in sums]
+        folds = [f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2({accs[k]}, {accs[k + 1]}, &fj_q); "
+                 f"c{sums[k + 1][0]} += fj_q; }}" for k, (i, _) in enumerate(sums[:-1]) if k % 2 == 0]
+        folds += [f"{ind}c{i} += fj_lanes_sum({accs[k]});" for k, (i, _) in enumerate(sums)
+                  if k % 2 == 0 and k == len(sums) - 1]
         folds += [f"{ind}a{i} = fj_lanes_{'max' if cmp == '>' else 'min'}(fj_m{i});"
                   for i, _, cmp in extrema]
         folds += [f"{ind}n{i} |= fj_lanes_any(fj_n{i});" for i, _ in flags]
