@@ -1057,6 +1057,29 @@ static inline fj_vf fj_vsel(fj_vi m, fj_vf a, fj_vf b) {
 #define fj_vmaximum(x, y) fj_vsel(((x) > (y)) | ((x) != (x)), (x), (y))
 #define fj_vminimum(x, y) fj_vsel(((x) < (y)) | ((x) != (x)), (x), (y))
 #define fj_vabs(x) ((fj_vf)((fj_vi)(x) & 0x7fffffff))
+/* fj_geluf over a vector (vector_body's GELU): the same operations lane by lane, fmaf as
+   FJ_VFMA, the selects as its branches: the same bits */
+static inline fj_vf fj_geluv(fj_vf x) {
+    const fj_vf z = x * FJ_V(0.70710678118654752f);
+    const fj_vf s = z * z;
+    fj_vf p = FJ_V(2.045950396e-06f);
+    p = FJ_VFMA(p, s, FJ_V(2.848359582e-04f));
+    p = FJ_VFMA(p, s, FJ_V(3.772479249e-03f));
+    p = FJ_VFMA(p, s, FJ_V(5.276904255e-02f));
+    p = FJ_VFMA(p, s, FJ_V(1.905929297e-01f));
+    p = FJ_VFMA(p, s, FJ_V(1.128379107e+00f));
+    fj_vf q = FJ_V(3.804659355e-05f);
+    q = FJ_VFMA(q, s, FJ_V(1.163829933e-03f));
+    q = FJ_VFMA(q, s, FJ_V(1.498305425e-02f));
+    q = FJ_VFMA(q, s, FJ_V(1.141822487e-01f));
+    q = FJ_VFMA(q, s, FJ_V(5.022413135e-01f));
+    q = FJ_VFMA(q, s, FJ_V(1.0f));
+    const fj_vf one = (fj_vf)(((fj_vi)z & (int32_t)0x80000000) | (fj_vi)FJ_V(1.0f));
+    const fj_vf e = fj_vsel(fj_vabs(z) >= FJ_V(3.925f), one, z * p / q);
+    fj_vf t = FJ_V(1.0f) + e;
+    t = fj_vsel(t < FJ_V(0.0f), FJ_V(0.0f), t);
+    return x * FJ_V(0.5f) * t;
+}
 static inline void fj_f2h_tile(const float *restrict f, uint16_t *restrict h, int64_t n) {
     int64_t i = 0;
     for (; i + FJ_VW <= n; i += FJ_VW) {
@@ -2387,7 +2410,7 @@ class _Renderer:
                    "truediv": "({0} / {1})", "neg": "(-{0})", "exp": "fj_expv({0})",
                    "sigmoid": "fj_sigmoidv({0})", "relu": "fj_vrelu({0})",
                    "maximum": "fj_vmaximum({0}, {1})", "minimum": "fj_vminimum({0}, {1})",
-                   "abs": "fj_vabs({0})"}
+                   "abs": "fj_vabs({0})", "gelu": "fj_geluv({0})"}
     _VECTOR_COMPARES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
     #: vector_body's names: FJ_VW floats a vector, or eight (a short piece of a row)
     _WIDE = {"f": "fj_vf", "i": "fj_vi", "V": "FJ_V", "ld": "fj_vld", "ldh": "fj_vldh",
@@ -2402,7 +2425,7 @@ class _Renderer:
     _MASKED = {**_WIDE, "ld": "fj_vldm", "ldh": "fj_vldhm", "ldbf": "fj_vldbfm", "st": "fj_vstm",
                "sth": "fj_vsthm", "stbf": "fj_vstbfm"}
     _EIGHT_OPS = {kind: form.replace("fj_v", "fj_v8") for kind, form in _VECTOR_OPS.items()
-                  if kind not in ("exp", "sigmoid")}
+                  if kind not in ("exp", "sigmoid", "gelu")}
 
     def vector_body(self, pragma: str | None, body: list[int], lo: str, hi: str, indent: str,
                     tail: list[str], fills) -> str | None:

@@ -1267,6 +1267,40 @@ def test_the_rest_of_a_row_under_a_vector_is_one_masked_vector(tmp_path, isa, th
                                   atol=1e-4 if dtype == torch.float32 else None)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
+def test_gelu_in_vector_code_gives_the_scalar_form_s_bits(tmp_path, isa, threads, monkeypatch,
+                                                          dtype):
+    # GELU (exact, erf) + bias over rows of 77 and 1024 as vector code (fj_geluv: fj_geluf's
+    # operations lane by lane; fp32 and bf16 only over rows of 77, on AVX-512). Its branches'
+    # edges: |z| at 3.925 and either side, values near -3.9 where 1 + erf passes below 0, NaN,
+    # +-inf, -0.0, subnormals. The plain loop's bits and eager's values (but for +-inf, where
+    # eager's CPU GELU gives NaN: ours gives inf and NaN, as the scalar form).
+    if not _compiler_takes_vector_tiles(tmp_path):
+        pytest.skip("the C compiler takes no vector tiles on this machine")
+
+    def gelu_bias(x, b):
+        return torch.nn.functional.gelu(x + b)
+
+    edge = 3.925 * 2 ** 0.5
+    special = torch.tensor([edge, -edge, edge * (1 - 1e-6), -edge * (1 + 1e-6), -5.5, -5.3,
+                            -0.0, 1e-40, float("nan"), 6.0, -6.0, 0.5])
+    for n in (77, 1024):
+        x = torch.randn(6, n) * 3
+        x[0, :12] = special
+        x[1, n - 12:] = special  # (in the masked rest)
+        x = x.to(dtype)
+        b = torch.zeros(n, dtype=dtype)
+        got, plain, source = _tiles_and_plain(gelu_bias, (x, b), monkeypatch)
+        assert ("fj_geluv(" in source) == (dtype == torch.float16 or n == 77), source
+        _assert_same_bits(got, plain)
+        assert_close_to_eager(got, gelu_bias(x, b))
+    inf = torch.tensor([[float("inf"), float("-inf")] * 8], dtype=dtype)
+    got, plain, _ = _tiles_and_plain(gelu_bias, (inf, torch.zeros(16, dtype=dtype)), monkeypatch)
+    _assert_same_bits(got, plain)
+    assert got[0, 0].item() == float("inf") and got[0, 1].isnan()
+
+
 def test_fp16_in_vector_tiles_gives_the_plain_loop_s_bits(tmp_path, isa, threads, monkeypatch,
                                                          body):
     # fp16 loads and stores converted a tile at a time (vcvtph2ps/vcvtps2ph): contiguous ones
