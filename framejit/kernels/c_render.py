@@ -1007,9 +1007,13 @@ static inline fj_vf fj_round_bfv(fj_vf v) {
     const fj_vi nan = v != v;
     return (fj_vf)(((fj_vi)u & ~nan) | (nan & 0x7fc00000));
 }
-static inline void fj_vstbf(uint16_t *p, fj_vf v) {
+/* v rounded to bf16, as FJ_VW 16-bit lanes */
+static inline fj_vh fj_f2bfv(fj_vf v) {
     typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
-    const fj_vh w = FJ_NARROW16((fj_vi)((fj_vu)fj_round_bfv(v) >> 16));
+    return FJ_NARROW16((fj_vi)((fj_vu)fj_round_bfv(v) >> 16));
+}
+static inline void fj_vstbf(uint16_t *p, fj_vf v) {
+    const fj_vh w = fj_f2bfv(v);
     memcpy(p, &w, sizeof w);
 }
 /* ... and the first m < FJ_VW of them, the other lanes zeros: masked loads and stores, where
@@ -1032,8 +1036,7 @@ static inline fj_vf fj_vldbfm(const uint16_t *p, int m) {
     return fj_bf2fv(FJ_TAIL_LOAD16(p, m));
 }
 static inline void fj_vstbfm(uint16_t *p, fj_vf v, int m) {
-    typedef uint32_t fj_vu __attribute__((vector_size(sizeof(fj_vf))));
-    FJ_TAIL_STORE16(p, FJ_NARROW16((fj_vi)((fj_vu)fj_round_bfv(v) >> 16)), m);
+    FJ_TAIL_STORE16(p, fj_f2bfv(v), m);
 }
 #endif
 static inline void fj_vst_nt(float *p, fj_vf v) {
@@ -2648,8 +2651,11 @@ class _Renderer:
         only_masked = ragged and not wanted
         if not (wanted or ragged) or not VECTOR_BODY:
             return None
-        masked = None if eight else render(self._MASKED, ", fj_rm", False)
-        if only_masked and masked is None:
+        # The values past the last whole vector (a run-time row may have some)
+        static = lo.isdigit() and hi.isdigit()
+        rest = not static or (int(hi) - int(lo)) % 16 != 0
+        masked = render(self._MASKED, ", fj_rm", False) if rest and not eight else None
+        if only_masked and rest and masked is None:
             return None
         ind, inner = indent + "    ", indent + "        "
         w = n["width"]
@@ -2691,10 +2697,14 @@ class _Renderer:
         step(1, lambda u: 0)
         # Two sums fold side by side in one vector (fj_lanes_sum2: each one's adds, in order)
         accs = [f"fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3" for i, _ in sums]
-        folds = [f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2({accs[k]}, {accs[k + 1]}, &fj_q); "
-                 f"c{sums[k + 1][0]} += fj_q; }}" for k, (i, _) in enumerate(sums[:-1]) if k % 2 == 0]
-        folds += [f"{ind}c{i} += fj_lanes_sum({accs[k]});" for k, (i, _) in enumerate(sums)
-                  if k % 2 == 0 and k == len(sums) - 1]
+        folds = []
+        for k in range(0, len(sums), 2):
+            i = sums[k][0]
+            if k + 1 < len(sums):
+                folds.append(f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2({accs[k]}, {accs[k + 1]}, "
+                             f"&fj_q); c{sums[k + 1][0]} += fj_q; }}")
+            else:
+                folds.append(f"{ind}c{i} += fj_lanes_sum({accs[k]});")
         folds += [f"{ind}a{i} = fj_lanes_{'max' if cmp == '>' else 'min'}(fj_m{i});"
                   for i, _, cmp in extrema]
         folds += [f"{ind}n{i} |= fj_lanes_any(fj_n{i});" for i, _ in flags]
@@ -2711,8 +2721,7 @@ class _Renderer:
         # The rest of the row, under a vector: on AVX-512 (FJ_VREST), one vector of masked loads
         # and stores, its summands, maxima and NaN flags taken in its first fj_rm lanes (a sum
         # adds into its second accumulator, as fj_sum_tile's last values do); else plain_rest.
-        static = lo.isdigit() and hi.isdigit()
-        if masked is not None and (not static or (int(hi) - int(lo)) % 16):
+        if masked is not None:
             if not only_masked:
                 lines.append("#ifdef FJ_VREST")
             lines.append(f"{ind}{{" if static else f"{ind}if (fj_r < {hi}) {{")
@@ -2730,7 +2739,7 @@ class _Renderer:
                 self.lines.append("#endif")
         else:
             self.lines.extend(lines + folds)
-            if not static or (int(hi) - int(lo)) % 16:
+            if rest:
                 self.plain_rest(pragma, body, lo, hi, ind, tail, fills, bool(sums), half)
         self.lines.append(f"{indent}}}")
         return lines[0]
