@@ -10,12 +10,15 @@ the kernel cache: what it times is capture, passes, kernel lookup and the call i
 ``--stages`` each process also prints framejit's recorded stages. With ``--after-eager`` the
 model first runs once in eager mode, untimed, as in models.py (which takes the eager result as
 its reference first): then the timed call no longer pays what any first forward in a process
-pays (the BLAS library's first matrix products, first allocations: about 5 ms here).
+pays (the BLAS library's first matrix products, first allocations: about 5 ms here). The graph
+cache (framejit/graph_cache.py) is warm too: the compile of the captured graph is read from
+it; ``--no-graph-cache`` times the compile itself (``FRAMEJIT_GRAPH_CACHE=0``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -68,6 +71,8 @@ def main() -> None:
     ap.add_argument("--stages", action="store_true", help="print recorded stages per process")
     ap.add_argument("--after-eager", action="store_true",
                     help="run the model once in eager mode first, untimed (as models.py does)")
+    ap.add_argument("--no-graph-cache", action="store_true",
+                    help="compile the captured graph afresh in each process (FRAMEJIT_GRAPH_CACHE=0)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process
     opts = ap.parse_args()
     if opts.one:
@@ -75,14 +80,16 @@ def main() -> None:
         return
     child = [sys.executable, __file__, "--one"] + (["--stages"] if opts.stages else []) \
         + (["--after-eager"] if opts.after_eager else [])
-    subprocess.run(child, check=True, capture_output=True)  # fills the kernel cache
+    env = {**os.environ, "FRAMEJIT_GRAPH_CACHE": "0"} if opts.no_graph_cache else None
+    subprocess.run(child, check=True, capture_output=True, env=env)  # fills the caches
     times = []
     for _ in range(opts.repeat):
-        out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(child, check=True, capture_output=True, text=True, env=env).stdout
         if opts.stages:
             print(out, end="")
         times.append(float(out.strip().splitlines()[-1]))
-    after = ", after an eager call" if opts.after_eager else ""
+    after = (", after an eager call" if opts.after_eager else "") \
+        + (", no graph cache" if opts.no_graph_cache else "")
     print(f"GPT-2 first call, warm caches{after}, {opts.repeat} processes: min {min(times):.1f} ms, "
           f"median {statistics.median(times):.1f} ms ({', '.join(f'{t:.0f}' for t in times)})")
 

@@ -231,7 +231,7 @@ def stats() -> dict:
         framejit.stats()
         # {'frames': 1, 'graphs': 1, 'graph_breaks': 0, 'fallbacks': 0, 'recompiles': 0,
         #  'ops': 3, 'capture_seconds': 0.004, 'kernels': 0, 'kernel_seconds': 0.0,
-        #  'kernel_layout_misses': 0}
+        #  'kernel_layout_misses': 0, 'graph_cache_hits': 0}
 
     ``frames``: frames offered to capture; ``graphs``: graphs compiled; ``graph_breaks``: frames
     split where something could not be captured; ``fallbacks``: frames that ran as plain Python;
@@ -240,7 +240,9 @@ def stats() -> dict:
     ``kernels``: generated kernels (Triton, C); ``kernel_seconds``: the part of
     ``capture_seconds`` spent rendering, loading and tuning them; ``kernel_layout_misses``:
     kernels called with an input laid out otherwise than they were compiled for, which ran
-    such calls as their torch ops (``set_logs("kernels")`` says which and why).
+    such calls as their torch ops (``set_logs("kernels")`` says which and why);
+    ``graph_cache_hits``: graphs whose compile was read from the disk cache of compiled graphs
+    (``framejit.graph_cache``).
     """
     s = record.stats
     return {
@@ -254,6 +256,7 @@ def stats() -> dict:
         "kernels": s.kernels,
         "kernel_seconds": s.kernel_seconds,
         "kernel_layout_misses": s.kernel_layout_misses,
+        "graph_cache_hits": s.graph_cache_hits,
     }
 
 

@@ -134,7 +134,7 @@ def default_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]
     from .pipeline import compile_with_kernels
 
     return compile_with_kernels(gm, example_inputs, devices,
-                                launcher={"cpu": CLauncher, "cuda": Launcher})
+                                launcher={"cpu": CLauncher, "cuda": Launcher}, cache=True)
 
 
 def triton_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
@@ -153,7 +153,7 @@ def c_backend(gm: GraphModule, example_inputs: list) -> Callable[..., Any]:
     from .pipeline import compile_with_kernels
 
     return compile_with_kernels(gm, example_inputs, kernel_devices("c"),
-                                launcher={"cpu": CLauncher, "cuda": Launcher})
+                                launcher={"cpu": CLauncher, "cuda": Launcher}, cache=True)
 
 
 register_backend("default", default_backend, replace=True)

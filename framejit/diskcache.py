@@ -3,9 +3,10 @@
 Each kind of record has a folder under ``$FRAMEJIT_CACHE_DIR`` (default ``~/.cache/framejit``):
 ``c`` (shared objects of C kernels and their sources), ``triton`` (kernel modules and tuned
 configs), ``meta`` (example values of ops, a folder per torch build), ``py`` (the compiled code
-of framejit's generated Python: see :func:`compiled`). Every new source, compiler,
-torch build or venv adds records and none removes any, so a folder that is never pruned grows
-without end (6.4 GB and 1.1 million files after a few hundred test runs here).
+of framejit's generated Python: see :func:`compiled`), ``graphs`` (compiled graphs: see
+``framejit.graph_cache``). Every new source, compiler, torch build or venv adds records and none
+removes any, so a folder that is never pruned grows without end (6.4 GB and 1.1 million files
+after a few hundred test runs here).
 
 :func:`note_write` keeps each folder under ``FRAMEJIT_CACHE_MAX_MB`` (default 1024; 0 = never
 prune): a background thread removes the records written or used longest ago until the folder

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from . import _C, record
+from . import _C, graph_cache, record
 from .fx_ir import Graph, GraphModule, Node, has_symbolic_sizes
 from .kernels import triton_pool
 from .kernels.ir import Sym
@@ -65,25 +65,35 @@ def make_classifier(devices: Iterable[str]) -> Callable[[Node], str | None]:
 
 
 def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterable[str],
-                         *, lint: bool = False,
-                         launcher: type | Mapping[str, type] = Launcher) -> Callable[..., Any]:
+                         *, lint: bool = False, launcher: type | Mapping[str, type] = Launcher,
+                         cache: bool = False) -> Callable[..., Any]:
     """The compiled function of ``gm``: fusion groups on ``devices`` run as generated kernels.
 
     ``launcher`` builds the callable of each kernel: the Triton :class:`Launcher`, the C
     ``kernels.c_runtime.CLauncher``, ``kernels.reference.ReferenceLauncher`` to run the
     descriptions in torch (tests), or a mapping from device type to one of them
-    (``{"cpu": CLauncher, "cuda": Launcher}``)."""
+    (``{"cpu": CLauncher, "cuda": Launcher}``). ``cache``: the result may come from, and goes
+    to, the disk cache of compiled graphs (:mod:`framejit.graph_cache`; C kernels only)."""
     symbolic = has_symbolic_sizes(gm.graph)
+    key = None
+    if cache and not symbolic and not lint and graph_cache.enabled():
+        key = graph_cache.key_of(gm, example_inputs, devices)
+        if key is not None:
+            fn = graph_cache.load(key, gm, lambda: fused_graph(gm, devices))
+            if fn is not None:
+                return fn
     if isinstance(launcher, Mapping):
         by_device = dict(launcher)
         launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731
             kernel, outputs, device, seed_index)
     t0 = time.perf_counter()
-    graph = gm.graph.copy()
-    constants = dict(gm.root) if isinstance(gm.root, dict) else None
-    run_passes(graph, constants, lint=lint, symbolic=symbolic)
+    folded: list = []
+    graph, constants = _passes(gm, lint, symbolic, folded)
     if not symbolic:
-        return _compile_groups(gm, graph, constants, devices, launcher, None, t0, lint)
+        fn = _compile_groups(gm, graph, constants, devices, launcher, None, t0, lint)
+        if key is not None:
+            graph_cache.store(key, fn, constants, folded, getattr(gm, "class_name", "GraphModule"))
+        return fn
     # Kernels that serve every size need each value's sizes as expressions of the symbols:
     # where one cannot be had, the graph runs its torch ops.
     try:
@@ -99,15 +109,37 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
         return fn
 
 
-def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
-    """The fused graph's groups lowered to kernels, and the wrapper that calls them."""
-    if shapes is None and "cpu" in devices:
+def _passes(gm: GraphModule, lint: bool, symbolic: bool, folded: list | None = None):
+    """A copy of ``gm``'s graph after the passes, and the constants (with the folded ones)."""
+    graph = gm.graph.copy()
+    constants = dict(gm.root) if isinstance(gm.root, dict) else None
+    run_passes(graph, constants, lint=lint, symbolic=symbolic, folded=folded)
+    return graph, constants
+
+
+def _layout_passes(graph: Graph, devices: Iterable[str], lint: bool) -> None:
+    """The passes of static graphs that choose layouts for the devices' libraries."""
+    if "cpu" in devices:
         channels_last_convs(graph)
         bmm_operands(graph)
         if lint:
             graph.lint()
-    if shapes is None and aligned_matmul_outputs(graph) and lint:  # CUDA matmuls only
+    if aligned_matmul_outputs(graph) and lint:  # CUDA matmuls only
         graph.lint()
+
+
+def fused_graph(gm: GraphModule, devices: Iterable[str]) -> Graph:
+    """The graph a static compile of ``gm`` partitions into fusion groups (what a dump draws
+    of a compile that the graph cache answered)."""
+    graph, _ = _passes(gm, False, False)
+    _layout_passes(graph, devices, False)
+    return graph
+
+
+def _compile_groups(gm, graph, constants, devices, launcher, shapes, t0, lint):
+    """The fused graph's groups lowered to kernels, and the wrapper that calls them."""
+    if shapes is None:
+        _layout_passes(graph, devices, lint)
     groups = fusion.partition(graph, make_classifier(devices), reduction_dims)
     record.emit(record.Stage(name="passes", seconds=time.perf_counter() - t0))
     launches, seconds = [], []
@@ -193,24 +225,28 @@ def _lower(group: fusion.FusionGroup, name: str, make_launcher, shapes=None):
         launch = make_launcher(kernel, outputs, device, seed_index)
     except NotImplementedError:
         return None  # a renderer that cannot express this kernel: the group stays torch ops
-    launch.fallback = _GroupAsTorch(group, lowered)
+    launch.fallback = GroupAsTorch(
+        lambda: torch_function(group_graph(group, lowered), lowered.kernel.name,
+                               predicted_layouts(lowered)), group, lowered)
     return launch, lowered, group
 
 
-class _GroupAsTorch:
+class GroupAsTorch:
     """The group's own torch ops as a function of the kernel's inputs: what runs if the kernel
     cannot be compiled on this device, or finds an input laid out unlike its prediction. Its
-    generated Python is built on the first call: most kernels never need it, and building it
-    (codegen and ``compile``) cost about a millisecond a kernel at every first call."""
+    generated Python is built (``make()``) on the first call: most kernels never need it, and
+    building it (codegen and ``compile``) cost about a millisecond a kernel at every first
+    call. ``group`` and ``lowered``: what it was made from (None where the graph cache made
+    it)."""
 
-    __slots__ = ("group", "lowered", "fn")
+    __slots__ = ("make", "group", "lowered", "fn")
 
-    def __init__(self, group: fusion.FusionGroup, lowered) -> None:
-        self.group, self.lowered, self.fn = group, lowered, None
+    def __init__(self, make: Callable[[], Callable[..., Any]], group=None, lowered=None) -> None:
+        self.make, self.group, self.lowered, self.fn = make, group, lowered, None
 
     def __call__(self, *inputs):
         if self.fn is None:
-            self.fn = _group_as_torch(self.group, self.lowered)
+            self.fn = self.make()
         return self.fn(*inputs)
 
 
@@ -230,8 +266,8 @@ def _as_predicted(fn: Callable[..., Any], layouts: list) -> Callable[..., Any]:
     return run
 
 
-def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
-    """The group's own torch ops as a function of the kernel's inputs."""
+def group_graph(group: fusion.FusionGroup, lowered) -> Graph:
+    """The group's own torch ops as a graph of the kernel's inputs."""
     sub = Graph()
     env: dict[Node, Node] = {}
     for node in lowered.inputs:
@@ -242,10 +278,21 @@ def _group_as_torch(group: fusion.FusionGroup, lowered) -> Callable[..., Any]:
         env[node] = sub.node_copy(node, env.__getitem__)
     outs = [env[n] for n in lowered.outputs]
     sub.output(outs[0] if len(outs) == 1 else tuple(outs))
-    fn = GraphModule({}, sub, class_name=f"{lowered.kernel.name}_torch").forward_fn
+    return sub
+
+
+def predicted_layouts(lowered) -> list:
+    """(sizes, strides) of each output as the kernel writes it; None where they are symbolic
+    (torch's layout is taken)."""
     layouts = [lowered.layout(n) for n in lowered.outputs]
-    layouts = [(tuple(size), tuple(stride)) if all(type(e) is int for e in (*size, *stride))
-               else None for size, stride in layouts]  # symbolic: as torch lays it out
+    return [(tuple(size), tuple(stride)) if all(type(e) is int for e in (*size, *stride))
+            else None for size, stride in layouts]
+
+
+def torch_function(sub: Graph, name: str, layouts: list) -> Callable[..., Any]:
+    """The function of a group's graph (:func:`group_graph`), each output in its predicted
+    layout."""
+    fn = GraphModule({}, sub, class_name=f"{name}_torch").forward_fn
     return _as_predicted(fn, layouts) if any(layouts) else fn
 
 

@@ -314,6 +314,7 @@ class Stats:
     kernels: int = 0         # kernels generated
     kernel_seconds: float = 0.0  # generating and compiling them
     kernel_layout_misses: int = 0  # kernels that ran as torch ops for an input's layout
+    graph_cache_hits: int = 0  # graphs whose compile was read from the graph cache
 
     def clear(self) -> None:
         for f in fields(self):
@@ -349,6 +350,8 @@ def _count(event: Event) -> None:
         s.kernel_seconds += event.seconds
     elif isinstance(event, KernelLayoutMiss):
         s.kernel_layout_misses += 1
+    elif isinstance(event, Stage) and event.name == "graph cache hit":
+        s.graph_cache_hits += 1
 
 
 # -- the log ------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ import pytest
 # Every graph captured during the tests is checked with Graph.lint() before it is compiled.
 os.environ.setdefault("FRAMEJIT_LINT", "1")
 
+# Compiles are never read from the disk cache of compiled graphs, but in its own tests
+# (tests/backends/test_graph_cache.py): tests replace functions of the compiler (to make a
+# lowering fail, say) that its keys do not see.
+os.environ.setdefault("FRAMEJIT_GRAPH_CACHE", "0")
+
 # Kernel tests run Triton kernels on CPU tensors in Triton's interpreter, which must be chosen
 # before triton is imported. On the GPU machine, FRAMEJIT_TEST_GPU=1 keeps real compilation
 # (`make test-gpu`); the interpreter tests then run on CUDA tensors compiled for real.

@@ -194,6 +194,8 @@ def _dump_version(run: Run, fn: FunctionDump, event: record.FrameCaptured) -> No
                               f"with its type (dtype[shape])\n{event.graph.graph}\n")
         files["graph.py"] = runnable_graph(event.graph, f"{frame} version {number}")
     wrapper = getattr(event.compiled, "framejit_graph", None)
+    if callable(wrapper):  # a graph cache hit: the wrapper graph, made from the entry
+        wrapper = wrapper()
     if wrapper is not None:
         files["wrapper.py"] = _wrapper_text(wrapper, version)
     for k in version.kernels:
@@ -388,6 +390,8 @@ def _json(run: Run) -> dict:
         for v in fn.versions:
             e = v.event
             fused = getattr(e.compiled, "framejit_fused_graph", None)
+            if callable(fused):  # a graph cache hit: the graph after the passes, made again
+                fused = fused()
             groups = {}
             for k in v.kernels:
                 for line in k.group:

@@ -11,21 +11,26 @@ from .. import record
 _RESUME = re.compile(r"_resume_at_line_\d+")
 
 #: The compile stages, in the order they run.
-STAGES = ("capture", "passes", "kernel codegen", "backend", "kernel compile", "kernel cache hits")
+STAGES = ("capture", "graph cache hit", "passes", "kernel codegen", "backend", "kernel compile",
+          "kernel cache hits")
 
 
 def frame_stages(event: record.FrameCaptured) -> dict[str, float]:
     """Seconds per stage of one captured frame: symbolic execution and code generation
-    (``capture``), graph passes, kernel code generation, and the rest of the backend."""
+    (``capture``), reading a compiled graph from the graph cache, graph passes, kernel code
+    generation, and the rest of the backend."""
     compile_s = sum(e.seconds for e in event.children if isinstance(e, record.GraphCompiled))
     passes = sum(e.seconds for e in event.children
                  if isinstance(e, record.Stage) and e.name == "passes")
+    cached = sum(e.seconds for e in event.children
+                 if isinstance(e, record.Stage) and e.name == "graph cache hit")
     codegen = sum(e.seconds for e in event.children if isinstance(e, record.KernelCompiled))
     return {
         "capture": max(0.0, event.seconds - compile_s),
+        "graph cache hit": cached,
         "passes": passes,
         "kernel codegen": codegen,
-        "backend": max(0.0, compile_s - passes - codegen),
+        "backend": max(0.0, compile_s - passes - codegen - cached),
     }
 
 

@@ -6,9 +6,10 @@
   one translation unit. A batch that fails is retried kernel by kernel, so one bad kernel only
   costs its own fusion.
 * **Cache**: ``<cache>/c/<sha256>.so`` with the key over the translation unit, the compiler's
-  version and the flags (``$FRAMEJIT_CACHE_DIR/c`` or ``~/.cache/framejit/c``); written to a
-  temporary name and renamed, so concurrent processes never see half a file. In a process each
-  function (named after a hash of its body) is compiled at most once.
+  version, the CPU (:func:`cpu_identity`) and the flags (``$FRAMEJIT_CACHE_DIR/c`` or
+  ``~/.cache/framejit/c``); written to a temporary name and renamed, so concurrent processes
+  never see half a file. In a process each function (named after a hash of its body) is
+  compiled at most once.
 * **Compiler**: ``$CC`` or ``cc``, :data:`FLAGS` and ``$FRAMEJIT_CFLAGS`` (never
   ``-ffast-math``: with gcc < 13 it sets flush-to-zero for the whole process). No compiler: :class:`CCompilerMissing` when the
   launcher is built, which the compiler layer turns into eager torch with one warning.
@@ -98,6 +99,35 @@ def find_compiler() -> tuple[list[str], str]:
     return found
 
 
+_cpu: str | None = None
+
+
+def cpu_identity() -> str:
+    """This CPU's model and instruction set extensions (from ``/proc/cpuinfo``), part of every
+    disk cache key: ``-march=native`` builds for the CPU it runs on, and a cache folder shared
+    by machines with other CPUs (a network home, a restored CI cache) must not hand one of
+    them code with instructions it lacks (a SIGILL)."""
+    global _cpu
+    if _cpu is None:
+        import platform
+
+        found = {}
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    name, _, value = line.partition(":")
+                    name = name.strip()
+                    if name in ("vendor_id", "model name", "flags", "Features", "CPU part"):
+                        found.setdefault(name, value.strip())
+                    elif not line.strip() and found:
+                        break  # the first processor's record is enough
+        except OSError:
+            pass
+        _cpu = "; ".join(f"{k}={v}" for k, v in sorted(found.items())) or \
+            f"{platform.machine()} {platform.processor()}"
+    return _cpu
+
+
 def _spelled(command: list[str]) -> str:
     """The compiler command as the disk cache's keys spell it: its program's name, not the
     path found on PATH (which machines sharing a cache may not share)."""
@@ -124,7 +154,7 @@ def extra_flags() -> tuple[str, ...]:
     erf, ... vectorize); probed once per compiler and remembered on disk."""
     command, version = find_compiler()
     base = flags()
-    key = hashlib.sha256("\0".join([version, _spelled(command), *base]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([version, _spelled(command), cpu_identity(), *base]).encode()).hexdigest()[:24]
     if key in _extra_flags:
         return _extra_flags[key]
     record = os.path.join(cache_dir("c"), f"probe-{key}.txt")
@@ -159,7 +189,8 @@ def _build(names: list[str], functions: dict[str, str]) -> dict[str, int]:
     options = (*flags(), *extra_flags())
     bodies = [functions[n] for n in names]
     unit = PRELUDE + "\n" + "\n".join(bodies)
-    key = hashlib.sha256("\0".join([unit, version, _spelled(command), *options]).encode()).hexdigest()[:40]
+    key = hashlib.sha256("\0".join([unit, version, _spelled(command), cpu_identity(), *options]
+                                    ).encode()).hexdigest()[:40]
     folder = cache_dir("c")
     path = os.path.join(folder, f"{key}.so")
     lib = None
@@ -294,11 +325,24 @@ class CLauncher(KernelLauncher):
         if torch.device(device).type != "cpu":
             raise RuntimeError(f"C kernels run on CPU tensors, not {device}")
         find_compiler()
+        self._join(kernel, outputs, device, seed_index, *named_function(kernel))
+
+    @classmethod
+    def restored(cls, kernel: Kernel, outputs: list[tuple], device: torch.device,
+                 seed_index: int | None, cname: str, function: str) -> CLauncher:
+        """The launcher of a kernel rendered before (``cname``, ``function``: what
+        ``named_function(kernel)`` gave), as the graph cache keeps it."""
+        find_compiler()
+        self = cls.__new__(cls)
+        self._join(kernel, outputs, device, seed_index, cname, function)
+        return self
+
+    def _join(self, kernel, outputs, device, seed_index, cname: str, function: str) -> None:
         self.kernel = kernel
         self.device = torch.device(device)
         self.outputs = outputs
         self.seed_index = seed_index
-        self.cname, self.function = named_function(kernel)
+        self.cname, self.function = cname, function
         self.source = self.function
         with _lock:
             if self.cname not in _functions:

@@ -25,19 +25,20 @@ from .windows import pointwise_into_windows
 
 
 def run_passes(graph: Graph, constants: dict[str, Any], *, lint: bool = False,
-               symbolic: bool = False) -> None:
+               symbolic: bool = False, folded: list | None = None) -> None:
     """normalize, decompose, normalize, dce, cse, pointwise_into_windows, dce, fold_constants,
     dce; with ``lint=True`` the graph is checked (``graph.lint()``) after each pass.
     ``symbolic``: the graph has symbolic sizes, which no pass may turn into numbers (see
-    ``passes.symbolic``)."""
+    ``passes.symbolic``). ``folded`` gets the recipe of each folded constant
+    (:class:`~framejit.passes.cleanup.Folded`)."""
     token = SYMBOLIC.set(symbolic)
     try:
-        _run(graph, constants, lint)
+        _run(graph, constants, lint, folded)
     finally:
         SYMBOLIC.reset(token)
 
 
-def _run(graph: Graph, constants: dict[str, Any], lint: bool) -> None:
+def _run(graph: Graph, constants: dict[str, Any], lint: bool, folded: list | None) -> None:
     steps = (
         normalize,
         decompose,
@@ -46,7 +47,7 @@ def _run(graph: Graph, constants: dict[str, Any], lint: bool) -> None:
         cse,
         pointwise_into_windows,
         dce,
-        lambda g: fold_constants(g, constants),
+        lambda g: fold_constants(g, constants, folded),
         dce,
     )
     for step in steps:

@@ -361,22 +361,48 @@ def _unique_qualname(constants: dict[str, Any]) -> str:
     return f"_folded_{i}"
 
 
-def _evaluate(node: Node, constants: dict[str, Any]) -> Any:
+class Constant(str):
+    """In a :class:`Folded` recipe's arguments: the constant of this qualified name."""
+
+    __slots__ = ()
+
+
+class Folded(tuple):
+    """How a folded constant was computed: ``(qualname, op, target, args, kwargs)``, with each
+    input constant in ``args``/``kwargs`` as its :class:`Constant` name. :func:`evaluate` computes
+    it again from the constants of another compile of the same graph (a graph cache hit)."""
+
+    __slots__ = ()
+
+
+def evaluate(recipe: Folded, constants: dict[str, Any]) -> Any:
+    """The value of a folded constant's ``recipe`` over ``constants``."""
+    _, op, target, args, kwargs = recipe
+
     def load(x: Any) -> Any:
-        return resolve_qualname(constants, x.target) if isinstance(x, Node) else x
+        return resolve_qualname(constants, x) if type(x) is Constant else x
 
-    args = map_aggregate(node.args, load)
-    kwargs = map_aggregate(node.kwargs, load)
-    if node.op == "call_method":
+    args = map_aggregate(args, load)
+    kwargs = map_aggregate(kwargs, load)
+    if op == "call_method":
         obj, *rest = args
-        return getattr(obj, node.target)(*rest, **kwargs)
-    return node.target(*args, **kwargs)
+        return getattr(obj, target)(*rest, **kwargs)
+    return target(*args, **kwargs)
 
 
-def fold_constants(graph: Graph, constants: dict[str, Any]) -> bool:
+def _recipe(qualname: str, node: Node) -> Folded:
+    def name(x: Any) -> Any:
+        return Constant(x.target) if isinstance(x, Node) else x
+
+    return Folded((qualname, node.op, node.target, map_aggregate(node.args, name),
+                   map_aggregate(node.kwargs, name)))
+
+
+def fold_constants(graph: Graph, constants: dict[str, Any],
+                   recipes: list[Folded] | None = None) -> bool:
     """Evaluate pure, non-random call nodes whose inputs are all get_attr constants or Python
     constants, once now; each becomes a get_attr of a new entry of ``constants`` (the
-    GraphModule's root dict).
+    GraphModule's root dict), and its :class:`Folded` recipe is appended to ``recipes``.
 
     Skipped: results that require grad or have more than :data:`MAX_FOLDED_NUMEL` elements,
     results the graph returns or writes to (a stored constant would be shared between calls),
@@ -396,16 +422,19 @@ def fold_constants(graph: Graph, constants: dict[str, Any]) -> bool:
             continue
         if any(inp.target in memory.mutated_attrs for inp in node.all_input_nodes):
             continue
+        qualname = _unique_qualname(constants)
+        recipe = _recipe(qualname, node)
         try:
-            result = _evaluate(node, constants)
+            result = evaluate(recipe, constants)
         except Exception:  # noqa: BLE001 - whatever fails now fails (or not) at run time instead
             continue
         if not isinstance(result, torch.Tensor) or result.requires_grad:
             continue
         if result.shape != value.shape or result.dtype != value.dtype:
             continue
-        qualname = _unique_qualname(constants)
         constants[qualname] = result
+        if recipes is not None:
+            recipes.append(recipe)
         with graph.inserting_before(node):
             folded = graph.get_attr(qualname)
         folded.meta["val"] = to_meta(result)

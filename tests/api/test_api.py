@@ -343,13 +343,15 @@ def test_stats_counts_since_reset():
     framejit.reset()
     assert framejit.stats() == {"frames": 0, "graphs": 0, "graph_breaks": 0, "fallbacks": 0,
                                 "recompiles": 0, "ops": 0, "capture_seconds": 0.0,
-                                "kernels": 0, "kernel_seconds": 0.0, "kernel_layout_misses": 0}
+                                "kernels": 0, "kernel_seconds": 0.0, "kernel_layout_misses": 0,
+                                "graph_cache_hits": 0}
     compiled = framejit.compile(f, backend="c")  # C kernels, also under FRAMEJIT_TEST_BACKEND=fx
     compiled(torch.ones(2))
     compiled(torch.ones(3))  # new shape: both frames recompile
     s = framejit.stats()
     assert set(s) == {"frames", "graphs", "graph_breaks", "fallbacks", "recompiles", "ops",
-                      "capture_seconds", "kernels", "kernel_seconds", "kernel_layout_misses"}
+                      "capture_seconds", "kernels", "kernel_seconds", "kernel_layout_misses",
+                      "graph_cache_hits"}
     assert all(type(v) is int for k, v in s.items() if not k.endswith("_seconds"))
     # CPU tensors: one C kernel per graph; the second shape makes the dims dynamic, and the
     # symbolic graphs get kernels of their own that take the sizes at run time.

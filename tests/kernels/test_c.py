@@ -215,6 +215,22 @@ def test_second_compile_of_the_same_source_reads_the_disk_cache(tmp_path, monkey
     assert torch.equal(first, second) and torch.equal(first, third)
 
 
+def test_another_cpu_does_not_read_this_cpu_s_shared_objects(tmp_path, monkeypatch):
+    """-march=native builds for the CPU at hand: a cache folder shared with a machine whose CPU
+    lacks some of its instructions must not give it those objects (a SIGILL)."""
+    fn, x = _kernel_with_cache_in(tmp_path, monkeypatch, 2.75)
+    run_kernels(fn, x)
+    assert len(list(tmp_path.glob("c/*.so"))) == 1
+    monkeypatch.setattr(c_runtime, "_cpu", "vendor_id=AuthenticAMD; flags=fpu sse sse2")
+    c_runtime.clear_memory_cache()
+    before = dict(c_runtime.c_counters)
+    got, _ = run_kernels(fn, x)
+    assert c_runtime.c_counters["compiles"] == before["compiles"] + 1
+    assert c_runtime.c_counters["disk_hits"] == before["disk_hits"]
+    assert len(list(tmp_path.glob("c/*.so"))) == 2
+    assert torch.equal(got, fn(x))
+
+
 def test_a_kernel_s_c_function_is_rendered_once_and_read_from_disk_after(tmp_path, monkeypatch):
     # A kernel's C function is rendered once: the same description again takes it from memory,
     # a new process from the disk cache (c/render), by the description, the renderer's settings
