@@ -77,10 +77,12 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
     symbolic = has_symbolic_sizes(gm.graph)
     key = None
     if cache and not symbolic and not lint and graph_cache.enabled():
+        t0 = time.perf_counter()
         key = graph_cache.key_of(gm, example_inputs, devices)
         if key is not None:
             fn = graph_cache.load(key, gm, lambda: fused_graph(gm, devices))
             if fn is not None:
+                record.emit(record.Stage(name="graph cache hit", seconds=time.perf_counter() - t0))
                 return fn
     if isinstance(launcher, Mapping):
         by_device = dict(launcher)
