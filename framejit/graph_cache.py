@@ -130,8 +130,8 @@ def key_of(gm: GraphModule, example_inputs: list, devices) -> str | None:
         # marshal's version 0 writes the same bytes for the same values in every process (no
         # references between objects, no interning marks); 4x faster than repr here.
         data = marshal.dumps(parts, 0)
-    except (Uncacheable, _NotOnDisk, ValueError):
-        return None
+    except Exception:  # noqa: BLE001 - Uncacheable, or anything else: the graph compiles as
+        return None  # before, never fails for its cache
     return hashlib.sha256(data).hexdigest()[:40]
 
 
@@ -445,8 +445,8 @@ def store(key: str, fn: Callable[..., Any], constants: dict[str, Any], folded: l
                  "globals": tuple((name, enc.global_value(v)) for name, v in code.globals.items()),
                  "attributes": tuple(code.attr_globals.items())}
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    except (Uncacheable, _NotOnDisk, AttributeError, TypeError, ValueError, pickle.PicklingError):
-        return
+    except Exception:  # noqa: BLE001 - what cannot be kept compiles again next time; the
+        return  # compile that made it stands
     diskcache.write_atomic(_path(key), data, folder())
 
 

@@ -247,3 +247,20 @@ def test_models_read_from_the_cache_compute_the_same_bits(cache, name):
     assert _wrapper_code(built1) == _wrapper_code(built2)
     assert torch.equal(first, second)
     torch.testing.assert_close(second, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("broken", ["_environment", "_later"])
+def test_a_failing_cache_never_fails_the_compile(cache, monkeypatch, broken):
+    """An error in the key (or in keeping an entry) is a compile without the cache: the graph
+    still gets its kernels and eager's values."""
+    def boom(*args, **kwargs):
+        raise RuntimeError("a bug in the cache")
+
+    monkeypatch.setattr(graph_cache, broken, boom)
+    x, w = torch.randn(4, 32), torch.randn(32)
+    framejit.reset()
+    got = framejit.compile(_rms_norm)(x, w)
+    stats = framejit.stats()
+    assert stats["fallbacks"] == 0 and stats["kernels"] == 1 and stats["graph_cache_hits"] == 0
+    torch.testing.assert_close(got, _rms_norm(x, w))
+    assert _entries(cache) == []
