@@ -124,7 +124,8 @@ def main():
         t = first_call_s(make, args, tc, reps) * 1e3
         print(f"{name:<12}{e:>9.2f}{f:>10.2f}{d:>11.2f}{t:>15.2f}{t / f:>14.1f}x")
     print("  target: framejit's first call at least 5x faster than torch.compile's (eager backends;")
-    print("  'fj default' adds the passes and the C kernels' build, from the disk cache after the first)")
+    print("  'fj default' adds the compile and the C kernels' build, read from the graph and kernel")
+    print("  caches after the first)")
     print()
     small_models(reps)
     print()
