@@ -89,7 +89,7 @@ def compile_with_kernels(gm: GraphModule, example_inputs: list, devices: Iterabl
         launcher = lambda kernel, outputs, device, seed_index: by_device[torch.device(device).type](  # noqa: E731
             kernel, outputs, device, seed_index)
     t0 = time.perf_counter()
-    folded: list = []
+    folded: list | None = [] if key is not None else None  # (recipes only for an entry)
     graph, constants = _passes(gm, lint, symbolic, folded)
     if not symbolic:
         fn = _compile_groups(gm, graph, constants, devices, launcher, None, t0, lint)

@@ -2722,29 +2722,26 @@ class _Renderer:
         for i, _ in flags:
             lines.append(f"{ind}fj_vi fj_n{i} = (fj_vi){{0}};")
         step(1, lambda u: 0)
-        # Two sums fold side by side in one vector (fj_lanes_sum2: each one's adds, in order)
-        accs = [f"fj_s{i}_0, fj_s{i}_1, fj_s{i}_2, fj_s{i}_3" for i, _ in sums]
-        folds = []
-        for k in range(0, len(sums), 2):
-            i = sums[k][0]
-            if k + 1 < len(sums):
-                folds.append(f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2({accs[k]}, {accs[k + 1]}, "
-                             f"&fj_q); c{sums[k + 1][0]} += fj_q; }}")
-            else:
-                folds.append(f"{ind}c{i} += fj_lanes_sum({accs[k]});")
-        if sums and static and int(hi) - int(lo) < 4 * 16:
-            # A static row under four vectors never reaches the last two accumulators: they are
-            # left out of the fold (the same sums; 1.00-1.08x over rows of 16 to 40)
-            accs = [f"fj_s{i}_0, fj_s{i}_1" for i, _ in sums]
-            short = []
+        def sum_folds(count: int, suffix: str) -> list[str]:
+            """The sums' folds of accumulators _0.._<count - 1> (fj_lanes_sum<suffix>); two sums
+            fold side by side in one vector (fj_lanes_sum2<suffix>: each one's adds, in order)."""
+            accs = [", ".join(f"fj_s{i}_{a}" for a in range(count)) for i, _ in sums]
+            out = []
             for k in range(0, len(sums), 2):
                 i = sums[k][0]
                 if k + 1 < len(sums):
-                    short.append(f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2p({accs[k]}, "
-                                 f"{accs[k + 1]}, &fj_q); c{sums[k + 1][0]} += fj_q; }}")
+                    out.append(f"{ind}{{ float fj_q; c{i} += fj_lanes_sum2{suffix}({accs[k]}, "
+                               f"{accs[k + 1]}, &fj_q); c{sums[k + 1][0]} += fj_q; }}")
                 else:
-                    short.append(f"{ind}c{i} += fj_lanes_sump({accs[k]});")
-            folds = [f"#if {int(hi) - int(lo)} < 4 * FJ_VW", *short, "#else", *folds, "#endif"]
+                    out.append(f"{ind}c{i} += fj_lanes_sum{suffix}({accs[k]});")
+            return out
+
+        folds = sum_folds(4, "")
+        if sums and static and int(hi) - int(lo) < 4 * 16:
+            # A static row under four vectors never reaches the last two accumulators: they are
+            # left out of the fold (the same sums; 1.00-1.08x over rows of 16 to 40)
+            folds = [f"#if {int(hi) - int(lo)} < 4 * FJ_VW", *sum_folds(2, "p"), "#else", *folds,
+                     "#endif"]
         folds += [f"{ind}a{i} = fj_lanes_{'max' if cmp == '>' else 'min'}(fj_m{i});"
                   for i, _, cmp in extrema]
         folds += [f"{ind}n{i} |= fj_lanes_any(fj_n{i});" for i, _ in flags]

@@ -235,17 +235,25 @@ def closer_to_exact(fn, args, got, want) -> bool:
             exact = fn(*wide)
     except Exception:
         return False
-    pairs = zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want, exact)))
-    for g_, w, x in pairs:
+    return _no_further(got, want, exact)
+
+
+def _pairs(got, want, reference):
+    return zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want, reference)))
+
+
+def _no_further(got, want, reference) -> bool:
+    """Whether, everywhere ``got`` is out of tolerance of ``want``, it is no further than ``want``
+    from ``reference`` (plus an ulp of the result's dtype, for ties in rounding), with its NaN
+    and inf places where eager has them."""
+    for g_, w, x in _pairs(got, want, reference):
         if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point):
             return False
         far = _far(g_, w)
-        # where the float64 result overflows the result's dtype, it is inf there too
+        # where the reference overflows the result's dtype, it is inf there too
         rounded = x.to(w.dtype).double()
         g_, w, x = g_.double(), w.double(), x.double()
         ours, theirs = (g_ - x).abs(), (w - x).abs()
-        # NaN and inf places must agree with eager's; elsewhere no worse than eager's error
-        # (plus an ulp of the result's dtype, for ties in rounding).
         if (far & ~(g_.isfinite() & w.isfinite() & rounded.isfinite())).any():
             return False
         slack = _ULP[want.dtype if isinstance(want, torch.Tensor) else w.dtype] * x.abs()
@@ -287,19 +295,11 @@ def closer_to_rounded(fn, args, got, want) -> bool:
             rounded = fn(*args)
     except Exception:
         return False
-    pairs = zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want, rounded)))
-    for g_, w, r in pairs:
+    for _, w, r in _pairs(got, want, rounded):
         if not (isinstance(w, torch.Tensor) and w.dtype in (torch.float16, torch.bfloat16)
                 and isinstance(r, torch.Tensor) and r.dtype == w.dtype):
             return False
-        far = _far(g_, w)
-        g_, w, r = g_.double(), w.double(), r.double()
-        if (far & ~(g_.isfinite() & w.isfinite() & r.isfinite())).any():
-            return False
-        slack = _ULP[want.dtype if isinstance(want, torch.Tensor) else w.dtype] * r.abs()
-        if (far & ((g_ - r).abs() > (w - r).abs() + slack)).any():
-            return False
-    return True
+    return _no_further(got, want, rounded)
 
 
 def run_case(case: Case) -> tuple[str, str]:
