@@ -18,11 +18,18 @@ from .ir import FULL, Kernel, concat_parts, evaluate, spans_of
 from .launch import KernelLauncher, layout_fits
 from .lowering import reduced_shape
 
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU, +inf at +inf (the renderers' value, and torch's for fp16 and for one fp32
+    value): torch's vectorized fp32 kernel gives NaN there, as eager does for fp32 and bf16
+    tensors of two values or more."""
+    return torch.where(x == float("inf"), x, torch.nn.functional.gelu(x))
+
+
 _UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
     "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "erf": torch.erf, "gelu": torch.nn.functional.gelu,
+    "sigmoid": torch.sigmoid, "erf": torch.erf, "gelu": _gelu,
     "relu": torch.relu, "sign": torch.sign,
     "not": torch.logical_not, "isnan": torch.isnan,
 }

@@ -609,6 +609,22 @@ def test_reference_interpreter_matches_triton_exactly_on_exact_ops(device):
     assert torch.equal(a, b) and torch.equal(a, f(x))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_gelu_of_inf_is_inf_in_the_kernels_and_the_reference(dtype, device):
+    # +inf's GELU is +inf in the renderers, as torch gives it for fp16 and for one fp32 value;
+    # torch's vectorized fp32 and bf16 kernels give NaN for tensors of two values or more, and
+    # the reference interpreter (which computes in fp32) took that NaN (pattern fuzz seed 1341)
+    x = torch.tensor([[float("inf"), 2.0, -1.0, 0.0] * 8] * 2, dtype=dtype, device=device)
+    f = lambda x: A.gelu.default(x)  # noqa: E731
+    got, _ = run_kernels(f, x)
+    ref, _ = run_kernels(f, x, reference=True)
+    one = A.gelu.default(x.float()[:1, :1]).to(dtype)  # torch's own value for one +inf
+    inf = x == float("inf")
+    assert one.item() == float("inf") and (got[inf] == one.item()).all() and (ref[inf] == one.item()).all()
+    assert_close_to_eager(got[~inf], f(x)[~inf])
+    assert_close_to_eager(ref[~inf], f(x)[~inf])
+
+
 def test_kernel_description_prints_readably(device):
     _, backend = run_kernels(softmax, torch.randn(4, 10, device=device))
     # Launches run with capture off: Triton's own Python is never offered to the hook.
