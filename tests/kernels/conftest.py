@@ -99,10 +99,11 @@ class KernelCompiler:
         return Backend(f"kernels_{id(self)}", self, native=True)
 
 
-def scalar_form(source: str, macros=("FJ_VEC_TILES", "FJ_VREST")) -> str:
+def scalar_form(source: str, macros=("FJ_VEC_TILES", "FJ_VREST", "FJ_BF16_PAIRS")) -> str:
     """A C kernel's source as a compiler without vector tiles takes it: the loops rendered in
     vector tiles or vector code as well (``#if FJ_VEC_TILES ... #else``, see
-    c_render.vector_tiles; ``#ifdef FJ_VREST``: AVX-512's) only in their plain form, for tests
+    c_render.vector_tiles; ``#ifdef FJ_VREST``, ``FJ_BF16_PAIRS``: AVX-512's) only in their
+    plain form, for tests
     about the structure of the loop nest; or without the forms that test ``macros`` only.
     Conditionals nested in the left-out forms go with them; others stay as they are."""
     lines: list[str] = []

@@ -147,6 +147,52 @@ def test_half_stores_round_exactly_like_torch(dtype):
     assert torch.equal(back, expected.float()) or torch.allclose(back, expected.float(), equal_nan=True)
 
 
+@pytest.mark.parametrize("n", [1024, 77])
+def test_bf16_stores_in_pairs_round_like_torch(n, threads):
+    # A loop that stores bf16 (and takes no exp, sigmoid, GELU or random numbers) stores two
+    # vectors at once where the CPU has AVX512-BF16 (FJ_BF16_PAIRS, fj_vstbf2). Its
+    # vcvtne2ps2bf16 takes subnormal inputs as zeros and keeps a NaN's sign and payload: a pair
+    # with a subnormal lane takes the integer form, NaN lanes are replaced. Torch's bits for every
+    # class of value, alone in a pair and mixed into one, in each lane position; and a loop that
+    # also sums (x - mean: its four-vector steps store in two pairs).
+    finfo = torch.finfo(torch.bfloat16)
+    special = [0.0, -0.0, 1.0 + finfo.eps / 2, 1.0 + 1.5 * finfo.eps, finfo.max, finfo.max * 1.0039,
+               finfo.tiny, finfo.tiny * 0.99, finfo.tiny / 3, -finfo.tiny / 7, 1e-41, -3e-45,
+               float("inf"), float("-inf"), float("nan"), -float("nan")]
+    x = torch.randn(64, n, generator=torch.Generator().manual_seed(n)).mul(1000)
+    flat = x.view(-1)
+    for k, value in enumerate(special):
+        flat[k * 131 % flat.numel()] = value  # one in a pair of ordinary values
+        flat[(k + 1) * 997 % flat.numel()::613] = value  # spread over lanes and rows
+    flat[5 * n:6 * n] = torch.tensor(special).repeat(n // len(special) + 1)[:n]  # a row of them
+    bits = flat.view(torch.int32)
+    words = [0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00001, 0x00000001, 0x807FFFFF, 0x00008000,
+             0x00018000]  # NaN payloads; subnormals and a tie to even at the last bits
+    bits[7 * n:7 * n + 40] = torch.tensor(words * 5, dtype=torch.int64).to(torch.int32)
+
+    def to_bf16(x):
+        return P.convert_element_type.default(A.mul.Tensor(x, 1.0), torch.bfloat16)
+
+    got, backend = run_kernels(to_bf16, x)
+    source = "".join(k.source for k in backend.kernels)
+    assert "fj_vstbf2(" in source and "#ifdef FJ_BF16_PAIRS" in source, source
+    expected = x.to(torch.bfloat16)
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.view(torch.int16)[~expected.isnan()],
+                       expected.view(torch.int16)[~expected.isnan()])
+    assert (got.view(torch.int16)[expected.isnan()] == 0x7FC0).all()
+
+    h = torch.randn(64, n, generator=torch.Generator().manual_seed(1)).bfloat16()
+    h[3, 5], h[9, 40] = float("nan"), 1e-39
+
+    def centered(h):
+        return A.sub.Tensor(h, A.mean.dim(h, [-1], True))
+
+    got, backend = run_kernels(centered, h)
+    assert "fj_vstbf2(" in "".join(k.source for k in backend.kernels)
+    assert_close_to_eager(got, centered(h))
+
+
 @pytest.mark.parametrize("f16c", ["f16c", "no-f16c"])
 def test_a_row_s_fp16_values_round_and_store_like_torch(f16c, threads, monkeypatch):
     # A value computed once a row (a sum, then its fp16 rounding: a norm's mean and rsqrt) is
@@ -1419,8 +1465,8 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
                 expected = h, torch.nn.functional.layer_norm(h.float(), (n,), w.float(), w.float(),
                                                              1e-5).half()
             assert_close_to_eager(got, expected, rtol=rtol)
-        # bf16: only loops that sum loads and neither round to bf16 nor store bf16 (x - mean's
-        # and a layer norm's sums; their stores stay gcc's loops)
+        # bf16: loops that sum loads and neither round to bf16 nor store bf16 (x - mean's and a
+        # layer norm's sums); their stores only where the CPU has AVX512-BF16 (FJ_BF16_PAIRS)
         xb, wb = x.bfloat16(), w.bfloat16()
         big = xb.clone()
         big[5, :] = 3.0e38  # a sum that overflows fp32: inf, and x - inf, as eager's
@@ -1431,9 +1477,9 @@ def test_fp16_loops_as_vector_code_give_the_plain_loop_s_bits(tmp_path, isa, thr
                 (lambda x, w: torch.nn.functional.layer_norm(x, x.shape[-1:], w, w), (xb, wb), ln_fp32)):
             got, plain, source = _tiles_and_plain(fn, args, monkeypatch)
             assert ("fj_vldbf(" in source) == (n >= 8), source
-            # (but rows under 96 values and no whole number of vectors on AVX-512: 77)
-            others = scalar_form(source, ("FJ_VREST",))
-            assert ("fj_vstbf(" in source) == (n == 77), source
+            # (and rows under 96 values and no whole number of vectors on AVX-512: 77)
+            others = scalar_form(source, ("FJ_VREST", "FJ_BF16_PAIRS"))
+            assert ("fj_vstbf(" in source) == ("fj_vstbf2(" in source) == (n >= 8), source
             assert "fj_vstbf(" not in others and "fj_round_bfv(" not in others, source
             _assert_same_bits(got, plain, sums=True, atol=1e-6)
             assert_close_to_eager(got, expected)
