@@ -18,6 +18,7 @@ from .ir import FULL, Kernel, concat_parts, evaluate, spans_of
 from .launch import KernelLauncher, layout_fits
 from .lowering import reduced_shape
 
+
 def _gelu(x: torch.Tensor) -> torch.Tensor:
     """Exact GELU, +inf at +inf (the renderers' value, and torch's for fp16 and for one fp32
     value): torch's vectorized fp32 kernel gives NaN there, as eager does for fp32 and bf16
