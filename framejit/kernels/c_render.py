@@ -525,6 +525,24 @@ static inline fj_v8f fj_round_bf8(fj_v8f a) {
 typedef int32_t fj_v8i __attribute__((vector_size(32)));
 typedef unsigned short fj_v8s __attribute__((vector_size(16)));
 typedef short fj_v8hi __attribute__((vector_size(16)));
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* (n < 8: masked loads and stores; elements copied one at a time into a vector on the stack
+   and then read as one are a stalled store-to-load forward each: a rotary embedding over rows
+   of 24, in pieces of 12 (8 + 4), ran 1.63x slower in fp16, 1.1x in bf16) */
+#define FJ_V8MASK(n) ((unsigned char)((1u << (n)) - 1))
+static inline fj_v8f fj_v8ld(const float *p, int n) {
+    return __builtin_ia32_loadups256_mask(p, (fj_v8f){0}, FJ_V8MASK(n));
+}
+static inline void fj_v8st(float *p, fj_v8f v, int n) {
+    __builtin_ia32_storeups256_mask(p, v, FJ_V8MASK(n));
+}
+static inline fj_v8s fj_v8ld16(const uint16_t *p, int n) {
+    return (fj_v8s)__builtin_ia32_loaddquhi128_mask((const short *)p, (fj_v8hi){0}, FJ_V8MASK(n));
+}
+static inline void fj_v8st16(uint16_t *p, fj_v8s w, int n) {
+    __builtin_ia32_storedquhi128_mask((short *)p, (fj_v8hi)w, FJ_V8MASK(n));
+}
+#else
 static inline fj_v8f fj_v8ld(const float *p, int n) {
     fj_v8f v = {0};
     if (n == 8)
@@ -557,6 +575,7 @@ static inline void fj_v8st16(uint16_t *p, fj_v8s w, int n) {
         for (int i = 0; i < n; i++)
             p[i] = w[i];
 }
+#endif
 static inline fj_v8f fj_v8ldh(const uint16_t *p, int n) {
     return __builtin_ia32_vcvtph2ps256((fj_v8hi)fj_v8ld16(p, n));
 }
