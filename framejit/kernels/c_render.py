@@ -599,28 +599,34 @@ static inline fj_v8f fj_v8sel(fj_v8i m, fj_v8f a, fj_v8f b) {
 /* The sum of four vector accumulators, then pairwise across lanes: in registers (through
    memory, a 64-byte store read back as floats does not forward: a 1024-float softmax row took
    35% longer) */
-static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
-    a0 = (a0 + a1) + (a2 + a3);
+typedef float fj_vf8 __attribute__((vector_size(32)));
+typedef float fj_vf4 __attribute__((vector_size(16)));
+typedef int32_t fj_vi4 __attribute__((vector_size(16)));
+/* The lanes of a added pairwise, halves first: lane i + lane i + FJ_VW/2, then within the
+   half, down to one (the adds of shuffles by lane ^ 8, ^ 4, ^ 2, ^ 1). Each step on a vector
+   half as wide, where full-width shuffles and adds took two of a 256-bit unit's cycles each on
+   AVX-512 (Zen 4): an RMSNorm over 131072 rows of 24, 1 thread, 1.05x faster in fp16, 1.03x
+   in bf16. */
+static inline float fj_fold_sum(fj_vf a) {
 #if FJ_VW == 16
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 8);
+    const fj_vf8 h = (fj_vf8){a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]}
+                     + (fj_vf8){a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]};
+#else
+    const fj_vf8 h = a;
 #endif
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 4);
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 2);
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 1);
-    return a0[0];
+    fj_vf4 q = (fj_vf4){h[0], h[1], h[2], h[3]} + (fj_vf4){h[4], h[5], h[6], h[7]};
+    q += __builtin_shuffle(q, (fj_vi4){2, 3, 0, 1});
+    q += __builtin_shuffle(q, (fj_vi4){1, 0, 3, 2});
+    return q[0];
+}
+static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
+    return fj_fold_sum((a0 + a1) + (a2 + a3));
 }
 /* fj_lanes_sum of a row too short for the last two accumulators (always zero): the same value
    (adding a zero changes no sum but the sign of a zero total, which the row's sum, started at
    +0, never keeps) */
 static inline float fj_lanes_sump(fj_vf a0, fj_vf a1) {
-    a0 = a0 + a1;
-#if FJ_VW == 16
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 8);
-#endif
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 4);
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 2);
-    a0 += __builtin_shuffle(a0, FJ_LANE_IDS ^ 1);
-    return a0[0];
+    return fj_fold_sum(a0 + a1);
 }
 /* The greatest (least) lane of m, which holds no NaN; and whether any lane of a mask is set:
    the lanes folded in halves, in registers */
