@@ -147,14 +147,26 @@ def test_half_stores_round_exactly_like_torch(dtype):
     assert torch.equal(back, expected.float()) or torch.allclose(back, expected.float(), equal_nan=True)
 
 
+@pytest.mark.parametrize("pairs", ["pairs", "no-pairs"])
 @pytest.mark.parametrize("n", [1024, 77])
-def test_bf16_stores_in_pairs_round_like_torch(n, threads):
+def test_bf16_stores_in_pairs_round_like_torch(n, pairs, threads, monkeypatch):
     # A loop that stores bf16 (and takes no exp, sigmoid, GELU or random numbers) stores two
     # vectors at once where the CPU has AVX512-BF16 (FJ_BF16_PAIRS, fj_vstbf2). Its
     # vcvtne2ps2bf16 takes subnormal inputs as zeros and keeps a NaN's sign and payload: a pair
     # with a subnormal lane takes the integer form, NaN lanes are replaced. Torch's bits for every
     # class of value, alone in a pair and mixed into one, in each lane position; and a loop that
-    # also sums (x - mean: its four-vector steps store in two pairs).
+    # also sums (x - mean: its four-vector steps store in two pairs). "no-pairs": built as for an
+    # AVX-512 CPU without AVX512-BF16 (gcc's loops, or single-vector stores).
+    if pairs == "no-pairs":
+        monkeypatch.setattr(c_runtime, "FLAGS", (*c_runtime.FLAGS, "-DFJ_NO_BF16_PAIRS"))
+    c_runtime.clear_memory_cache()
+    try:
+        _bf16_stores_round_like_torch(n)
+    finally:
+        c_runtime.clear_memory_cache()
+
+
+def _bf16_stores_round_like_torch(n):
     finfo = torch.finfo(torch.bfloat16)
     special = [0.0, -0.0, 1.0 + finfo.eps / 2, 1.0 + 1.5 * finfo.eps, finfo.max, finfo.max * 1.0039,
                finfo.tiny, finfo.tiny * 0.99, finfo.tiny / 3, -finfo.tiny / 7, 1e-41, -3e-45,
