@@ -205,6 +205,57 @@ def _bf16_stores_round_like_torch(n):
     assert_close_to_eager(got, centered(h))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_eight_rows_sums_folded_together_give_each_row_s_bits(dtype, threads, monkeypatch):
+    # Short rows taken eight at a time (interleaved_rows) leave their sums' lanes in fj_q<i> on
+    # AVX-512, and fj_fold_rows8 folds the eight rows' together: the same pairs added as each
+    # row's own fold, so the same bits, in rows of 24 and 40 (two accumulators), 100 (four) and
+    # 1000, a row count that leaves a last step of 5 rows, and NaN, inf and zero rows.
+    g = torch.Generator().manual_seed(5)
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def ln(x, w):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], w, w)
+
+    def centered(x, w):
+        return x - x.mean(-1, keepdim=True)
+
+    for n in (24, 40, 100, 1000):
+        x = torch.randn(37, n, generator=g).mul(3).to(dtype)
+        x[3, 1], x[5, 2], x[6] = float("nan"), float("inf"), 0.0
+        w = torch.randn(n, generator=g).to(dtype)
+        for fn in (rms, ln, centered):
+            got, backend = run_kernels(fn, x, w)
+            source = "".join(k.source for k in backend.kernels)
+            if n <= 40:
+                assert "fj_fold_rows8(" in source, source
+            monkeypatch.setattr(c_render, "DEFER_ROW_SUMS", False)
+            c_runtime.clear_memory_cache()
+            try:
+                each, backend = run_kernels(fn, x, w)
+            finally:
+                monkeypatch.setattr(c_render, "DEFER_ROW_SUMS", True)
+                c_runtime.clear_memory_cache()
+            assert "fj_fold_rows8(" not in "".join(k.source for k in backend.kernels)
+            assert torch.equal(got.isnan(), each.isnan())
+            assert torch.equal(got[~got.isnan()], each[~each.isnan()]), (fn.__name__, n)
+            assert_close_to_eager(got, fn(x, w))
+    # A step whose sum is also read in the step itself keeps each row's fold (its t<i> would be
+    # 0 until after the step)
+    text = ["double a3 = 0;", "float c3 = 0;", "#if FJ_VW == 16 /* fj_defer 3 */",
+            "fj_q3[fj_k] = fj_s3_0 + fj_s3_1;", "fj_d3 = 1;", "#else",
+            "c3 += fj_lanes_sump(fj_s3_0, fj_s3_1);", "#endif", "a3 += c3;",
+            "const float t3 = (float)a3;"]
+    assert c_render._Renderer.deferred_sums(list(text), {3}) == [3]
+    for extra, kept in ((["const float t4 = t3 * 2.0f;"], {3}), (["const float t4 = c3;"], {3}),
+                        ([], set())):
+        changed = text + extra
+        assert c_render._Renderer.deferred_sums(changed, kept) == []
+        assert changed[2] == "#if 0 /* fj_defer 3 */"
+
+
 @pytest.mark.parametrize("f16c", ["f16c", "no-f16c"])
 def test_a_row_s_fp16_values_round_and_store_like_torch(f16c, threads, monkeypatch):
     # A value computed once a row (a sum, then its fp16 rounding: a norm's mean and rsqrt) is
