@@ -402,8 +402,9 @@ typedef long long fj_vq __attribute__((vector_size(32)));
 #define FJ_TAIL_STORE16(p, v, m) \
     __builtin_ia32_storedquhi256_mask((short *)(p), (v), (unsigned short)((1u << (m)) - 1))
 /* AVX512-BF16's vcvtne2ps2bf16 (two vectors rounded to bf16 as one vector of 32: see
-   fj_vstbf2) and a subnormal test of a vector's lanes (vfpclassps), where gcc has them */
-#if defined(__AVX512BF16__) && defined(__has_builtin)
+   fj_vstbf2) and AVX512-DQ's subnormal test of a vector's lanes (vfpclassps), where gcc has
+   them */
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__) && defined(__has_builtin)
 #if __has_builtin(__builtin_ia32_cvtne2ps2bf16_v32hi)
 #define FJ_CVTNE2(a, b) __builtin_ia32_cvtne2ps2bf16_v32hi((a), (b))
 #elif __has_builtin(__builtin_ia32_cvtne2ps2bf16_v32bf)
