@@ -629,8 +629,9 @@ static inline float fj_lanes_sum(fj_vf a0, fj_vf a1, fj_vf a2, fj_vf a3) {
 #if FJ_VW == 16
 /* out[k] = 0.0f + fj_fold_sum(q[k]) for the first n <= 8 of eight rows' vectors of lanes: the
    same adds of the same pairs, the rows side by side (two rows' halves a vector, then four
-   rows' quarters, then eight rows' pairs): a fold of eight rows in 11 shuffles and 8 adds
-   where each row's took 4 and 4 (vector_body's deferred sums, see interleaved_rows) */
+   rows' quarters, then eight rows' pairs): eight rows' folds in 15 two-vector shuffles and 8
+   adds, where each row's own took 4 of each (vector_body's deferred sums, see
+   interleaved_rows) */
 static inline void fj_fold_rows8(const fj_vf *restrict q, float *restrict out, int64_t n) {
     const fj_vi halves = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const fj_vi quarters = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
@@ -1111,9 +1112,9 @@ static inline void fj_vstbf(uint16_t *p, fj_vf v) {
 #ifdef FJ_BF16_PAIRS
 /* fj_vstbf(p, a) and fj_vstbf(p + FJ_VW, b) in one vcvtne2ps2bf16, where gcc's loops narrow
    two vectors with vpermt2w and fj_vstbf one with vpmovdw (a bf16 RMSNorm's loop that stores
-   ran 1.13x faster than gcc's, 1.36x than fj_vstbf's, alone). The instruction takes a subnormal input as zero (then each vector
-   takes fj_vstbf) and keeps a NaN's sign and payload (its lanes then take 0x7fc0, as
-   c10::BFloat16's conversion gives): the same bits. */
+   ran 1.13x faster than gcc's, 1.36x than fj_vstbf's, alone). The instruction takes a
+   subnormal input as zero (then each vector takes fj_vstbf) and keeps a NaN's sign and payload
+   (its lanes then take 0x7fc0, as c10::BFloat16's conversion gives): the same bits. */
 typedef short fj_vh2 __attribute__((vector_size(64)));
 static inline void fj_vstbf2(uint16_t *p, fj_vf a, fj_vf b) {
     if (__builtin_expect((FJ_SUBNORMALS(a) | FJ_SUBNORMALS(b)) != 0, 0)) {
