@@ -209,8 +209,9 @@ def _bf16_stores_round_like_torch(n):
 def test_eight_rows_sums_folded_together_give_each_row_s_bits(dtype, threads, monkeypatch):
     # Short rows taken eight at a time (interleaved_rows) leave their sums' lanes in fj_q<i> on
     # AVX-512, and fj_fold_rows8 folds the eight rows' together: the same pairs added as each
-    # row's own fold, so the same bits, in rows of 24 and 40 (two accumulators), 100 (four) and
-    # 1000, a row count that leaves a last step of 5 rows, and NaN, inf and zero rows.
+    # row's own fold, so the same bits, in rows of 24 and 40 (rows of 100 and 1000, which keep
+    # each row's fold, alike), a row count that leaves a last step of 5 rows, and NaN, inf and
+    # zero rows.
     g = torch.Generator().manual_seed(5)
 
     def rms(x, w):
